@@ -1,0 +1,261 @@
+// Package outbox is the producer side of the transactional outbox: it writes
+// messages with outbox.enqueue() in the caller's own transaction, so that a
+// business change and the message announcing it commit or roll back together.
+//
+//	tx, _ := pool.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	// ... the business change, e.g. a compare-and-set UPDATE ...
+//	res, err := outbox.Enqueue(ctx, tx, outbox.Message{
+//		Namespace: "billing",
+//		Topic:     "usage_snapshot",
+//		TenantID:  tenantID,
+//		DedupeKey: tenantID + "/" + turnID + "/" + requestID,
+//		Payload:   payload, // a JSON object or array
+//	})
+//	// ...
+//	tx.Commit(ctx)
+//
+// Every message is validated before the database is touched, so a rejected
+// message leaves the caller's transaction usable; the error is a
+// *ValidationError naming the field.
+//
+// Idempotency: a message with a DedupeKey is stored at most once per
+// (namespace, topic, dedupe key) for as long as the dedupe window lasts after
+// delivery; enqueueing it again returns the first message's id with
+// Inserted = false and writes nothing.
+//
+// Ordering: messages with the same OrderingKey get increasing sequence ids and
+// are delivered one at a time in that order. Ordering keys are global across
+// namespaces: prefix them (for example "billing:tenant-42") when two streams
+// must not wait for each other.
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier runs a query: a pgx.Tx (the caller's transaction, above all), a
+// *pgx.Conn or a *pgxpool.Pool.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Message is one outbox message.
+type Message struct {
+	// Namespace and Topic route the message (required). They start with a
+	// letter or digit and contain letters, digits and . _ : / - only.
+	Namespace string
+	Topic     string
+	// Payload is the message body: a JSON object or array (required).
+	Payload json.RawMessage
+	// TenantID is carried to the target for its own partitioning (optional).
+	TenantID string
+	// DedupeKey makes the enqueue idempotent and is the stable key receivers
+	// deduplicate on (optional, but recommended: without it the message id is
+	// the only key).
+	DedupeKey string
+	// OrderingKey delivers the key's messages one at a time in enqueue order
+	// (optional).
+	OrderingKey string
+	// Headers are delivered as message attributes or HTTP headers (optional).
+	Headers map[string]string
+	// TraceHeader is an X-Ray trace header (Root=1-...;Parent=...;Sampled=1)
+	// carried to the target (optional).
+	TraceHeader string
+	// AvailableAt delays delivery until then (optional; zero means now).
+	AvailableAt time.Time
+}
+
+// Enqueued is the outcome of one enqueue.
+type Enqueued struct {
+	// ID is the message id: the new one, or on a dedupe hit the id of the
+	// message first enqueued under the key.
+	ID uuid.UUID
+	// SequenceID orders messages of one ordering key; 0 without one.
+	SequenceID int64
+	// Inserted is false when the dedupe key was already present.
+	Inserted bool
+}
+
+// Producer enqueues messages under a set of limits. The zero value uses
+// DefaultLimits.
+type Producer struct {
+	Limits Limits
+}
+
+var defaultProducer Producer
+
+// Enqueue writes one message with DefaultLimits. See Producer.Enqueue.
+func Enqueue(ctx context.Context, db Querier, msg Message) (Enqueued, error) {
+	return defaultProducer.Enqueue(ctx, db, msg)
+}
+
+// EnqueueBatch writes messages with DefaultLimits. See Producer.EnqueueBatch.
+func EnqueueBatch(ctx context.Context, db Querier, msgs []Message) ([]Enqueued, error) {
+	return defaultProducer.EnqueueBatch(ctx, db, msgs)
+}
+
+const enqueueSQL = `SELECT message_id, sequence_id, inserted
+FROM outbox.enqueue($1, $2, $3::jsonb, $4, $5, $6, $7::jsonb, $8, coalesce($9::timestamptz, now()))`
+
+// Enqueue validates msg and writes it with one call to outbox.enqueue().
+// Run it in the transaction that makes the business change.
+func (p Producer) Enqueue(ctx context.Context, db Querier, msg Message) (Enqueued, error) {
+	if err := p.limits().validate(msg, -1); err != nil {
+		return Enqueued{}, err
+	}
+	headers, err := encodeHeaders(msg.Headers)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	rows, err := db.Query(ctx, enqueueSQL,
+		msg.Namespace, msg.Topic, string(msg.Payload), nullable(msg.TenantID), nullable(msg.DedupeKey),
+		nullable(msg.OrderingKey), headers, nullable(msg.TraceHeader), nullableTime(msg.AvailableAt))
+	if err != nil {
+		return Enqueued{}, fmt.Errorf("outbox: enqueue: %w", err)
+	}
+	results, err := collect(rows, 1)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	return results[0], nil
+}
+
+// The batch is sent as parallel arrays to outbox.enqueue_batch(), the
+// set-based form of outbox.enqueue(): a batch of any size is one statement
+// and one round trip, with the same dedupe and sequencing results as
+// enqueueing the messages one by one in order.
+const enqueueBatchSQL = `SELECT message_id, sequence_id, inserted
+FROM outbox.enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+
+// EnqueueBatch validates every message, then writes them all in one round
+// trip. Results are in input order; a dedupe key repeated within the batch
+// is a dedupe hit on its first occurrence. If any message is invalid nothing
+// is written and the error names the message's index and field.
+func (p Producer) EnqueueBatch(ctx context.Context, db Querier, msgs []Message) ([]Enqueued, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	limits := p.limits()
+	if len(msgs) > limits.MaxBatch {
+		return nil, &ValidationError{Index: -1, Field: "batch", Reason: fmt.Sprintf("has %d messages, more than the limit of %d", len(msgs), limits.MaxBatch)}
+	}
+	n := len(msgs)
+	var (
+		namespaces   = make([]string, n)
+		topics       = make([]string, n)
+		payloads     = make([]string, n)
+		tenantIDs    = optionalColumn[string]{values: make([]*string, n)}
+		dedupeKeys   = optionalColumn[string]{values: make([]*string, n)}
+		orderingKeys = optionalColumn[string]{values: make([]*string, n)}
+		headers      = optionalColumn[string]{values: make([]*string, n)}
+		traceHeaders = optionalColumn[string]{values: make([]*string, n)}
+		availableAt  = optionalColumn[time.Time]{values: make([]*time.Time, n)}
+	)
+	for i, msg := range msgs {
+		if err := limits.validate(msg, i); err != nil {
+			return nil, err
+		}
+		namespaces[i], topics[i], payloads[i] = msg.Namespace, msg.Topic, string(msg.Payload)
+		tenantIDs.set(i, nullable(msg.TenantID))
+		dedupeKeys.set(i, nullable(msg.DedupeKey))
+		orderingKeys.set(i, nullable(msg.OrderingKey))
+		traceHeaders.set(i, nullable(msg.TraceHeader))
+		availableAt.set(i, nullableTime(msg.AvailableAt))
+		if len(msg.Headers) > 0 {
+			h, err := encodeHeaders(msg.Headers)
+			if err != nil {
+				return nil, err
+			}
+			headers.set(i, &h)
+		}
+	}
+	rows, err := db.Query(ctx, enqueueBatchSQL, namespaces, topics, payloads, tenantIDs.arg(), dedupeKeys.arg(),
+		orderingKeys.arg(), headers.arg(), traceHeaders.arg(), availableAt.arg())
+	if err != nil {
+		return nil, fmt.Errorf("outbox: enqueue batch: %w", err)
+	}
+	return collect(rows, n)
+}
+
+// optionalColumn is one optional field across a batch; it is sent as NULL
+// when no message sets it, so the database skips that step entirely.
+type optionalColumn[T any] struct {
+	values []*T
+	any    bool
+}
+
+func (c *optionalColumn[T]) set(i int, v *T) {
+	c.values[i] = v
+	c.any = c.any || v != nil
+}
+
+func (c *optionalColumn[T]) arg() []*T {
+	if !c.any {
+		return nil
+	}
+	return c.values
+}
+
+func collect(rows pgx.Rows, want int) ([]Enqueued, error) {
+	out := make([]Enqueued, 0, want)
+	for rows.Next() {
+		var (
+			e   Enqueued
+			seq *int64
+		)
+		if err := rows.Scan(&e.ID, &seq, &e.Inserted); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("outbox: read enqueue result: %w", err)
+		}
+		if seq != nil {
+			e.SequenceID = *seq
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: enqueue: %w", err)
+	}
+	if len(out) != want {
+		return nil, fmt.Errorf("outbox: enqueue returned %d results for %d messages", len(out), want)
+	}
+	return out, nil
+}
+
+func (p Producer) limits() Limits {
+	if p.Limits == (Limits{}) {
+		return DefaultLimits
+	}
+	return p.Limits.withDefaults()
+}
+
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("outbox: encode headers: %w", err)
+	}
+	return string(b), nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nullableTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

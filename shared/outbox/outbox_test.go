@@ -1,0 +1,224 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/pgtest"
+)
+
+func msg(key string) outbox.Message {
+	return outbox.Message{
+		Namespace: "billing", Topic: "usage_snapshot", TenantID: "tenant-1", DedupeKey: key,
+		Payload: json.RawMessage(fmt.Sprintf(`{"key":%q,"tokens":42}`, key)),
+	}
+}
+
+func TestEnqueueStoresEveryField(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	at := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	m := outbox.Message{
+		Namespace: "billing", Topic: "usage_snapshot", TenantID: "tenant-1", DedupeKey: "k-1", OrderingKey: "user-1",
+		Payload: json.RawMessage(`{"tokens": 42}`), Headers: map[string]string{"x-request-id": "r-1"},
+		TraceHeader: "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1", AvailableAt: at,
+	}
+	res, err := outbox.Enqueue(ctx, db.Pool, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Inserted || res.SequenceID != 1 {
+		t.Fatalf("result = %+v, want inserted with sequence 1", res)
+	}
+	var (
+		ns, topic, tenant, dedupe, ordering, trace string
+		payload, headers                           map[string]any
+		next                                       time.Time
+		seq                                        int64
+	)
+	err = db.Pool.QueryRow(ctx, `SELECT namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id, payload, headers, trace_header, next_attempt_at
+		FROM outbox.pending WHERE id = $1`, res.ID).Scan(&ns, &topic, &tenant, &dedupe, &ordering, &seq, &payload, &headers, &trace, &next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns != "billing" || topic != "usage_snapshot" || tenant != "tenant-1" || dedupe != "k-1" || ordering != "user-1" || seq != 1 ||
+		payload["tokens"] != float64(42) || headers["x-request-id"] != "r-1" || trace != m.TraceHeader || !next.Equal(at) {
+		t.Fatalf("stored row differs: %s %s %s %s %s %d %v %v %s %s", ns, topic, tenant, dedupe, ordering, seq, payload, headers, trace, next)
+	}
+	if res.ID.Version() != 7 {
+		t.Errorf("message id %s is UUID version %d, want 7", res.ID, res.ID.Version())
+	}
+}
+
+func TestDedupeSameIDEvenAfterDelivery(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+
+	first, err := outbox.Enqueue(ctx, db.Pool, msg("tenant-1/turn-1/req-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := outbox.Enqueue(ctx, db.Pool, msg("tenant-1/turn-1/req-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Inserted || second.Inserted || second.ID != first.ID {
+		t.Fatalf("first %+v, second %+v: want one insert and the same id", first, second)
+	}
+	if n := count(t, db.Pool, "SELECT count(*) FROM outbox.pending"); n != 1 {
+		t.Fatalf("pending has %d rows, want 1", n)
+	}
+
+	// Deliver it: the row leaves pending, the dedupe key stays.
+	store := lease.NewStore(db.Pool)
+	claimed, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 10, Lease: time.Minute})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v, %d messages", err, len(claimed))
+	}
+	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: claimed[0].ID, LeaseToken: claimed[0].LeaseToken, Outcome: lease.Dispatched}}); err != nil {
+		t.Fatal(err)
+	}
+	third, err := outbox.Enqueue(ctx, db.Pool, msg("tenant-1/turn-1/req-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.Inserted || third.ID != first.ID {
+		t.Fatalf("after delivery: %+v, want the original id %s, not inserted", third, first.ID)
+	}
+	if n := count(t, db.Pool, "SELECT count(*) FROM outbox.pending"); n != 0 {
+		t.Fatalf("pending has %d rows after a dedupe hit on a delivered message, want 0", n)
+	}
+
+	// Another topic is another key space.
+	other := msg("tenant-1/turn-1/req-1")
+	other.Topic = "other"
+	res, err := outbox.Enqueue(ctx, db.Pool, other)
+	if err != nil || !res.Inserted {
+		t.Fatalf("same key, other topic: %+v, %v; want inserted", res, err)
+	}
+}
+
+func TestEnqueueBatchIsOneRoundTripInOrder(t *testing.T) {
+	t.Parallel()
+	var trips pgtest.RoundTrips
+	queries := &pgtest.QueryCounter{}
+	db := pgtest.NewWithConfig(t, func(cfg *pgxpool.Config) {
+		trips.Install(cfg)
+		cfg.ConnConfig.Tracer = queries
+		cfg.MaxConns = 1
+	})
+	ctx := context.Background()
+
+	// Warm the connection's statement cache, as any long-lived process has.
+	if _, err := outbox.EnqueueBatch(ctx, db.Pool, []outbox.Message{msg("warm")}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []outbox.Message
+	for i := range 500 {
+		m := msg(fmt.Sprintf("k-%d", i%250)) // every key twice: the second is a dedupe hit
+		if i%3 == 0 {
+			m.OrderingKey = "ord-a"
+		}
+		batch = append(batch, m)
+	}
+	trips.Reset()
+	queries.Reset()
+	results, err := outbox.EnqueueBatch(ctx, db.Pool, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(queries.Queries()); got != 1 {
+		t.Errorf("EnqueueBatch ran %d queries, want 1", got)
+	}
+	if got := trips.Count(); got != 1 {
+		t.Errorf("EnqueueBatch took %d round trips, want 1", got)
+	}
+	if len(results) != 500 {
+		t.Fatalf("%d results for 500 messages", len(results))
+	}
+	var lastSeq int64
+	for i, r := range results {
+		if i < 250 && !r.Inserted {
+			t.Fatalf("result %d not inserted", i)
+		}
+		if i >= 250 {
+			if r.Inserted || r.ID != results[i-250].ID {
+				t.Fatalf("result %d = %+v, want the dedupe hit of result %d (%s)", i, r, i-250, results[i-250].ID)
+			}
+			continue
+		}
+		if batch[i].OrderingKey != "" {
+			if r.SequenceID <= lastSeq {
+				t.Fatalf("result %d sequence %d not above %d: batch order not kept", i, r.SequenceID, lastSeq)
+			}
+			lastSeq = r.SequenceID
+		}
+	}
+	if n := count(t, db.Pool, "SELECT count(*) FROM outbox.pending"); n != 251 {
+		t.Fatalf("pending has %d rows, want 251", n)
+	}
+}
+
+func TestRejectedEnqueueLeavesTransactionUsable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE invoices (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO invoices VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	bad := []outbox.Message{
+		{Namespace: "", Topic: "t", Payload: []byte(`{}`)},
+		{Namespace: "n", Topic: "t", Payload: []byte(`"scalar"`)},
+		{Namespace: "n", Topic: "t", Payload: []byte(`{"a":"\u0000"}`)},
+		{Namespace: "n", Topic: "t", Payload: []byte(`{}`), Headers: map[string]string{"bad name": "v"}},
+	}
+	for i, m := range bad {
+		if _, err := outbox.Enqueue(ctx, tx, m); !errors.Is(err, outbox.ErrInvalidMessage) {
+			t.Fatalf("bad message %d: err = %v, want ErrInvalidMessage", i, err)
+		}
+	}
+	_, err = outbox.EnqueueBatch(ctx, tx, []outbox.Message{msg("ok-1"), bad[1]})
+	var verr *outbox.ValidationError
+	if !errors.As(err, &verr) || verr.Index != 1 || verr.Field != "payload" {
+		t.Fatalf("batch err = %v, want a ValidationError for message 1's payload", err)
+	}
+	if _, err := outbox.Enqueue(ctx, tx, msg("ok-2")); err != nil {
+		t.Fatalf("valid enqueue after rejections: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit after rejections: %v", err)
+	}
+	if n := count(t, db.Pool, "SELECT count(*) FROM outbox.pending"); n != 1 {
+		t.Fatalf("pending has %d rows, want only the valid message", n)
+	}
+	if n := count(t, db.Pool, "SELECT count(*) FROM invoices"); n != 1 {
+		t.Fatalf("invoices has %d rows, want the business row", n)
+	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}

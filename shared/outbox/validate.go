@@ -1,0 +1,271 @@
+package outbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// ErrInvalidMessage is wrapped by every *ValidationError.
+var ErrInvalidMessage = errors.New("outbox: invalid message")
+
+// ValidationError says which field of which message was rejected, before
+// anything was sent to the database.
+type ValidationError struct {
+	// Index is the message's position in a batch, or -1 for a single enqueue.
+	Index int
+	// Field is the rejected field: namespace, topic, payload, tenant_id,
+	// dedupe_key, ordering_key, headers, trace_header or batch.
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Index >= 0 {
+		return fmt.Sprintf("outbox: invalid message %d: %s %s", e.Index, e.Field, e.Reason)
+	}
+	return fmt.Sprintf("outbox: invalid message: %s %s", e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidMessage) true.
+func (e *ValidationError) Unwrap() error { return ErrInvalidMessage }
+
+// Limits bound what a producer may enqueue. Zero fields take the default.
+type Limits struct {
+	// MaxPayloadBytes caps the payload's JSON encoding (default 256 KiB, the
+	// default SNS and EventBridge message size).
+	MaxPayloadBytes int
+	// MaxKeyBytes caps TenantID, DedupeKey and OrderingKey (default 512).
+	MaxKeyBytes int
+	// MaxHeaders caps the number of headers (default 16).
+	MaxHeaders int
+	// MaxHeaderValueBytes caps each header value (default 1024).
+	MaxHeaderValueBytes int
+	// MaxBatch caps the messages in one EnqueueBatch (default 10,000).
+	MaxBatch int
+}
+
+// DefaultLimits are the limits of Enqueue and EnqueueBatch.
+var DefaultLimits = Limits{
+	MaxPayloadBytes:     256 * 1024,
+	MaxKeyBytes:         512,
+	MaxHeaders:          16,
+	MaxHeaderValueBytes: 1024,
+	MaxBatch:            10_000,
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxPayloadBytes <= 0 {
+		l.MaxPayloadBytes = DefaultLimits.MaxPayloadBytes
+	}
+	if l.MaxKeyBytes <= 0 {
+		l.MaxKeyBytes = DefaultLimits.MaxKeyBytes
+	}
+	if l.MaxHeaders <= 0 {
+		l.MaxHeaders = DefaultLimits.MaxHeaders
+	}
+	if l.MaxHeaderValueBytes <= 0 {
+		l.MaxHeaderValueBytes = DefaultLimits.MaxHeaderValueBytes
+	}
+	if l.MaxBatch <= 0 {
+		l.MaxBatch = DefaultLimits.MaxBatch
+	}
+	return l
+}
+
+// NamePattern is what a namespace or topic must match ("*" is kept for route
+// patterns). The database checks only the length, to keep inserts cheap.
+var NamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
+
+var headerNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// reservedHeaderPrefixes belong to the dispatcher and its targets: the
+// outbox's own attributes, the Standard Webhooks headers, and the prefixes
+// SNS reserves for itself.
+var reservedHeaderPrefixes = []string{"outbox", "webhook-", "aws.", "amazon.", "x-amz"}
+
+// ReservedHeader reports whether a header name is reserved by the dispatcher.
+func ReservedHeader(name string) bool {
+	lower := strings.ToLower(name)
+	for _, p := range reservedHeaderPrefixes {
+		if strings.HasPrefix(lower, p) {
+			return true
+		}
+	}
+	switch lower {
+	case "content-type", "content-length", "host", "idempotency-key", "user-agent", "connection", "transfer-encoding":
+		return true
+	}
+	return false
+}
+
+func (l Limits) validate(m Message, index int) error {
+	fail := func(field, format string, args ...any) error {
+		return &ValidationError{Index: index, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	for _, f := range []struct{ field, value string }{{"namespace", m.Namespace}, {"topic", m.Topic}} {
+		if f.value == "" {
+			return fail(f.field, "must not be empty")
+		}
+		if !NamePattern.MatchString(f.value) {
+			return fail(f.field, "%q must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit", f.value)
+		}
+	}
+
+	if len(m.Payload) == 0 {
+		return fail("payload", "must not be empty")
+	}
+	if len(m.Payload) > l.MaxPayloadBytes {
+		return fail("payload", "is %d bytes, over the limit of %d", len(m.Payload), l.MaxPayloadBytes)
+	}
+	if !json.Valid(m.Payload) {
+		return fail("payload", "is not valid JSON")
+	}
+	if first := firstNonSpace(m.Payload); first != '{' && first != '[' {
+		return fail("payload", "must be a JSON object or array, not a %s", jsonKind(first))
+	}
+	if msg := checkJSONBText(m.Payload); msg != "" {
+		return fail("payload", "%s", msg)
+	}
+
+	for _, f := range []struct{ field, value string }{
+		{"tenant_id", m.TenantID}, {"dedupe_key", m.DedupeKey}, {"ordering_key", m.OrderingKey},
+	} {
+		if err := l.checkKey(f.value); err != "" {
+			return fail(f.field, "%s", err)
+		}
+	}
+
+	if len(m.Headers) > l.MaxHeaders {
+		return fail("headers", "has %d entries, more than the limit of %d", len(m.Headers), l.MaxHeaders)
+	}
+	for name, value := range m.Headers {
+		if !headerNamePattern.MatchString(name) {
+			return fail("headers", "name %q must be 1-64 characters of letters, digits and _ . -, starting with a letter or digit", name)
+		}
+		if ReservedHeader(name) {
+			return fail("headers", "name %q is reserved for the dispatcher", name)
+		}
+		if len(value) > l.MaxHeaderValueBytes {
+			return fail("headers", "value of %q is %d bytes, over the limit of %d", name, len(value), l.MaxHeaderValueBytes)
+		}
+		if msg := checkText(value); msg != "" {
+			return fail("headers", "value of %q %s", name, msg)
+		}
+	}
+
+	if len(m.TraceHeader) > 256 {
+		return fail("trace_header", "is %d bytes, over the limit of 256", len(m.TraceHeader))
+	}
+	for _, r := range m.TraceHeader {
+		if r < 0x21 || r > 0x7e {
+			return fail("trace_header", "must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+func (l Limits) checkKey(v string) string {
+	if v == "" {
+		return ""
+	}
+	if len(v) > l.MaxKeyBytes {
+		return fmt.Sprintf("is %d bytes, over the limit of %d", len(v), l.MaxKeyBytes)
+	}
+	return checkText(v)
+}
+
+// checkText rejects what breaks a key or header downstream: invalid UTF-8
+// and control characters (a CR or LF would split an HTTP header).
+func checkText(v string) string {
+	if !utf8.ValidString(v) {
+		return "is not valid UTF-8"
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return "contains a control character"
+		}
+	}
+	return ""
+}
+
+// checkJSONBText finds what encoding/json accepts but PostgreSQL's jsonb
+// rejects (which would abort the caller's transaction): invalid UTF-8, the
+// escaped NUL character, and unpaired UTF-16 surrogate escapes. The payload is
+// already known to be valid JSON, so every backslash starts an escape.
+func checkJSONBText(b []byte) string {
+	if !utf8.Valid(b) {
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if b[i+1] != 'u' {
+			i++
+			continue
+		}
+		code := hexValue(b[i+2 : i+6])
+		i += 5
+		switch {
+		case code == 0:
+			return `contains \u0000, which PostgreSQL jsonb cannot store`
+		case code >= 0xDC00 && code <= 0xDFFF:
+			return "contains an unpaired UTF-16 low surrogate escape"
+		case code >= 0xD800 && code <= 0xDBFF:
+			if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
+				return "contains an unpaired UTF-16 high surrogate escape"
+			}
+			if low := hexValue(b[i+3 : i+7]); low < 0xDC00 || low > 0xDFFF {
+				return "contains an unpaired UTF-16 high surrogate escape"
+			}
+			i += 6
+		}
+	}
+	return ""
+}
+
+func hexValue(h []byte) rune {
+	var v rune
+	for _, c := range h {
+		v <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			v |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			v |= rune(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			v |= rune(c-'A') + 10
+		}
+	}
+	return v
+}
+
+func firstNonSpace(b []byte) byte {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c
+	}
+	return 0
+}
+
+func jsonKind(first byte) string {
+	switch first {
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	default:
+		return "number"
+	}
+}
