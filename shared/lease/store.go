@@ -1,0 +1,411 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier runs queries: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DefaultAttemptCeiling is the hard ceiling on attempts the database applies
+// whatever a route's retry policy says: a RETRYABLE outcome at or past it
+// dead-letters the message, and so does an expired lease (a message that
+// crashes every dispatcher that takes it).
+const DefaultAttemptCeiling = 100
+
+// Store is the dispatcher side of the outbox: every method is one call to
+// one outbox function, so one database round trip.
+type Store struct {
+	db Querier
+	// AttemptCeiling overrides DefaultAttemptCeiling when positive.
+	AttemptCeiling int
+}
+
+// NewStore returns a store on db.
+func NewStore(db Querier) *Store { return &Store{db: db} }
+
+func (s *Store) ceiling() int {
+	if s.AttemptCeiling > 0 {
+		return s.AttemptCeiling
+	}
+	return DefaultAttemptCeiling
+}
+
+// ClaimParams say what to claim and for how long.
+type ClaimParams struct {
+	// WorkerID names the claimer; only it can complete what it claims.
+	WorkerID string
+	// BatchSize is the most messages to claim (1-10,000).
+	BatchSize int
+	// Lease is how long the claim holds; it must outlast the work, or the
+	// reaper hands the messages to someone else and this worker's
+	// completions come back lease_lost. Rounded up to whole seconds.
+	Lease time.Duration
+	// Namespaces restricts the claim to these namespaces (nil: all).
+	Namespaces []string
+}
+
+// Message is a claimed message, leased to the claiming worker.
+type Message struct {
+	ID          uuid.UUID
+	Namespace   string
+	Topic       string
+	TenantID    string
+	DedupeKey   string
+	OrderingKey string
+	// SequenceID orders the messages of one OrderingKey; 0 without one.
+	SequenceID  int64
+	Payload     json.RawMessage
+	Headers     map[string]string
+	TraceHeader string
+	// Attempt is this claim's attempt number, from 1.
+	Attempt        int
+	LeaseToken     uuid.UUID
+	LeaseExpiresAt time.Time
+	CreatedAt      time.Time
+}
+
+// StableKey is the key receivers deduplicate on: the dedupe key when the
+// producer gave one, else the message id. It is the same on every attempt.
+func (m *Message) StableKey() string {
+	if m.DedupeKey != "" {
+		return m.DedupeKey
+	}
+	return m.ID.String()
+}
+
+const claimSQL = `SELECT id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id, payload, headers,
+       trace_header, attempt_count, lease_token, lease_expires_at, created_at
+FROM outbox.claim_batch($1, $2, $3, $4)`
+
+// ClaimBatch leases up to p.BatchSize due messages to p.WorkerID: one
+// statement, one round trip, whatever the batch size.
+func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error) {
+	if p.Lease <= 0 {
+		return nil, &Error{Op: "claim", Kind: ErrInvalidArgument, Err: fmt.Errorf("lease must be positive, got %s", p.Lease)}
+	}
+	leaseSeconds := int(math.Ceil(p.Lease.Seconds()))
+	var namespaces []string
+	if len(p.Namespaces) > 0 {
+		namespaces = p.Namespaces
+	}
+	rows, err := s.db.Query(ctx, claimSQL, p.BatchSize, p.WorkerID, leaseSeconds, namespaces)
+	if err != nil {
+		return nil, translate("claim", err)
+	}
+	defer rows.Close()
+	out := make([]Message, 0, max(p.BatchSize, 0))
+	for rows.Next() {
+		var (
+			m                                           Message
+			tenant, dedupe, ordering, trace             *string
+			sequence                                    *int64
+		)
+		if err := rows.Scan(&m.ID, &m.Namespace, &m.Topic, &tenant, &dedupe, &ordering, &sequence,
+			&m.Payload, &m.Headers, &trace, &m.Attempt, &m.LeaseToken, &m.LeaseExpiresAt, &m.CreatedAt); err != nil {
+			return nil, translate("claim", err)
+		}
+		m.TenantID, m.DedupeKey, m.OrderingKey, m.TraceHeader = deref(tenant), deref(dedupe), deref(ordering), deref(trace)
+		if sequence != nil {
+			m.SequenceID = *sequence
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("claim", err)
+	}
+	return out, nil
+}
+
+// Outcome is what happened to a claimed message.
+type Outcome string
+
+const (
+	// Dispatched: delivered; the message leaves the queue.
+	Dispatched Outcome = "DISPATCHED"
+	// Retryable: not delivered this time; due again at RetryAt.
+	Retryable Outcome = "RETRYABLE"
+	// Failed: will never be delivered as is; moved to the dead letters.
+	Failed Outcome = "FAILED"
+)
+
+// Result is one message's outcome, reported by the worker holding its lease.
+type Result struct {
+	ID         uuid.UUID
+	LeaseToken uuid.UUID
+	Outcome    Outcome
+	// ErrorCode and ErrorMessage explain a Retryable or Failed outcome.
+	ErrorCode    string
+	ErrorMessage string
+	// Target names where the message went; TargetRef is the target's id for
+	// the delivery (an SNS MessageId, an EventBridge EventId, an HTTP status).
+	Target    string
+	TargetRef string
+	Latency   time.Duration
+	// RetryAt is when a Retryable message is due again (zero: now).
+	RetryAt time.Time
+}
+
+// Status is what the database did with one Result.
+type Status string
+
+const (
+	// StatusOK: the outcome was recorded.
+	StatusOK Status = "ok"
+	// StatusLeaseLost: the lease was no longer this worker's; nothing was
+	// written for the message.
+	StatusLeaseLost Status = "lease_lost"
+	// StatusDead: a Retryable outcome at the attempt ceiling; the message
+	// was moved to the dead letters instead.
+	StatusDead Status = "dead"
+)
+
+// Completion pairs a message id with its Status.
+type Completion struct {
+	ID     uuid.UUID
+	Status Status
+}
+
+// resultDoc is a Result as outbox.complete_batch reads it.
+type resultDoc struct {
+	ID           uuid.UUID  `json:"id"`
+	LeaseToken   uuid.UUID  `json:"lease_token"`
+	Outcome      Outcome    `json:"outcome"`
+	ErrorCode    string     `json:"error_code,omitempty"`
+	ErrorMessage string     `json:"error_message,omitempty"`
+	Target       string     `json:"target,omitempty"`
+	TargetRef    string     `json:"target_ref,omitempty"`
+	LatencyMS    int64      `json:"latency_ms"`
+	RetryAt      *time.Time `json:"retry_at,omitempty"`
+}
+
+const completeBatchSQL = `SELECT id, status FROM outbox.complete_batch($1, $2::jsonb, $3)`
+
+// CompleteBatch records every result in one statement (one round trip,
+// whatever the batch size) and returns one Completion per result, in order.
+// A lease lost on one message is reported for that message only; an error
+// means nothing at all was written.
+func (s *Store) CompleteBatch(ctx context.Context, workerID string, results []Result) ([]Completion, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	docs := make([]resultDoc, len(results))
+	for i, r := range results {
+		docs[i] = resultDoc{
+			ID: r.ID, LeaseToken: r.LeaseToken, Outcome: r.Outcome,
+			ErrorCode: r.ErrorCode, ErrorMessage: r.ErrorMessage,
+			Target: r.Target, TargetRef: r.TargetRef, LatencyMS: r.Latency.Milliseconds(),
+		}
+		if !r.RetryAt.IsZero() {
+			t := r.RetryAt
+			docs[i].RetryAt = &t
+		}
+	}
+	body, err := json.Marshal(docs)
+	if err != nil {
+		return nil, &Error{Op: "complete", Kind: ErrInvalidCompletion, Err: err}
+	}
+	rows, err := s.db.Query(ctx, completeBatchSQL, workerID, string(body), s.ceiling())
+	if err != nil {
+		return nil, translate("complete", err)
+	}
+	defer rows.Close()
+	out := make([]Completion, 0, len(results))
+	for rows.Next() {
+		var c Completion
+		if err := rows.Scan(&c.ID, &c.Status); err != nil {
+			return nil, translate("complete", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("complete", err)
+	}
+	if len(out) != len(results) {
+		return nil, &Error{Op: "complete", Err: fmt.Errorf("complete_batch answered %d statuses for %d results", len(out), len(results))}
+	}
+	return out, nil
+}
+
+const completeSQL = `SELECT outbox.complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+
+// Complete records one result. It returns an error wrapping ErrLeaseLost when
+// the lease is no longer this worker's (nothing written), and StatusDead when
+// a Retryable outcome hit the attempt ceiling.
+func (s *Store) Complete(ctx context.Context, workerID string, r Result) (Status, error) {
+	var retryAt *time.Time
+	if !r.RetryAt.IsZero() {
+		retryAt = &r.RetryAt
+	}
+	var status Status
+	err := s.db.QueryRow(ctx, completeSQL, workerID, r.ID, r.LeaseToken, string(r.Outcome),
+		nullable(r.ErrorCode), nullable(r.ErrorMessage), nullable(r.Target), nullable(r.TargetRef),
+		r.Latency.Milliseconds(), retryAt, s.ceiling()).Scan(&status)
+	if err != nil {
+		return "", translate("complete", err)
+	}
+	return status, nil
+}
+
+// RepairExpiredLeases makes up to limit messages whose lease expired due
+// again (each gets a ZOMBIE_REQUEUE attempt), or dead-letters those already
+// at the attempt ceiling. It returns how many it repaired.
+func (s *Store) RepairExpiredLeases(ctx context.Context, workerID string, limit int) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT outbox.repair_expired_leases($1, $2, $3)`, limit, workerID, s.ceiling()).Scan(&n)
+	if err != nil {
+		return 0, translate("repair", err)
+	}
+	return n, nil
+}
+
+// ReplayRequest selects dead letters to move back to pending. The filters
+// combine with AND; an empty filter matches every dead letter (callers facing
+// people should refuse that unless asked explicitly).
+type ReplayRequest struct {
+	MessageIDs   []uuid.UUID
+	Namespace    string
+	Topic        string
+	ErrorCode    string
+	FailedAfter  time.Time // inclusive
+	FailedBefore time.Time // exclusive
+	// Limit caps the rows (oldest first); 1-10,000.
+	Limit int
+	// DryRun lists what matches without moving anything.
+	DryRun bool
+	// Operator and Reason are recorded on each REPLAYED attempt.
+	Operator string
+	Reason   string
+}
+
+// ReplayDead moves the matching dead letters (oldest first) back to pending,
+// due now, with the same id and sequence id and a fresh attempt count, or
+// with DryRun only lists them. It returns the ids matched (dry run) or moved.
+func (s *Store) ReplayDead(ctx context.Context, r ReplayRequest) ([]uuid.UUID, error) {
+	var ids []uuid.UUID
+	if len(r.MessageIDs) > 0 {
+		ids = r.MessageIDs
+	}
+	rows, err := s.db.Query(ctx,
+		`SELECT message_id FROM outbox.replay_dead($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		ids, nullable(r.Namespace), nullable(r.Topic), nullable(r.ErrorCode),
+		nullableTime(r.FailedAfter), nullableTime(r.FailedBefore), r.Limit, r.DryRun,
+		nullable(r.Operator), nullable(r.Reason))
+	if err != nil {
+		return nil, translate("replay", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, translate("replay", err)
+	}
+	return out, nil
+}
+
+// TopicStats is the queue's state for one (namespace, topic).
+type TopicStats struct {
+	Namespace string `json:"namespace"`
+	Topic     string `json:"topic"`
+	// Pending counts every undelivered message, leased or not.
+	Pending int64 `json:"pending"`
+	// Due counts unleased messages whose time has come.
+	Due int64 `json:"due"`
+	// Leased counts messages a dispatcher holds.
+	Leased int64 `json:"leased"`
+	// ExpiredLeases counts leases past their expiry: a crashed or stuck
+	// dispatcher, waiting for the reaper.
+	ExpiredLeases int64 `json:"expired_leases"`
+	// OldestPendingAgeSeconds is how long the oldest available message has
+	// waited.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	// Dead counts dead letters.
+	Dead int64 `json:"dead"`
+}
+
+// Stats reads outbox.stats(): one row per (namespace, topic) with pending or
+// dead messages.
+func (s *Store) Stats(ctx context.Context) ([]TopicStats, error) {
+	rows, err := s.db.Query(ctx, `SELECT namespace, topic, pending, due, leased, expired_leases, oldest_pending_age_seconds, dead FROM outbox.stats()`)
+	if err != nil {
+		return nil, translate("stats", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TopicStats, error) {
+		var t TopicStats
+		err := row.Scan(&t.Namespace, &t.Topic, &t.Pending, &t.Due, &t.Leased, &t.ExpiredLeases, &t.OldestPendingAgeSeconds, &t.Dead)
+		return t, err
+	})
+	if err != nil {
+		return nil, translate("stats", err)
+	}
+	return out, nil
+}
+
+// PurgeParams bound one retention pass.
+type PurgeParams struct {
+	// AttemptsOlderThan purges archived attempts older than this (0: keep all).
+	// The history of messages still pending or dead is always kept.
+	AttemptsOlderThan time.Duration
+	// DedupeOlderThan forgets dedupe keys older than this (0: keep all).
+	// Keys of messages still pending or dead are always kept.
+	DedupeOlderThan time.Duration
+	// MaxRows bounds the rows deleted from each table in this pass.
+	MaxRows int
+}
+
+// PurgeResult says what one pass deleted.
+type PurgeResult struct {
+	Attempts int64 `json:"purged_attempts"`
+	Dedupe   int64 `json:"purged_dedupe"`
+}
+
+// Purge runs one bounded retention pass over the attempts archive and the
+// dedupe keys.
+func (s *Store) Purge(ctx context.Context, p PurgeParams) (PurgeResult, error) {
+	if p.AttemptsOlderThan < 0 || p.DedupeOlderThan < 0 {
+		return PurgeResult{}, &Error{Op: "purge", Kind: ErrInvalidArgument, Err: fmt.Errorf("retention must not be negative")}
+	}
+	var res PurgeResult
+	err := s.db.QueryRow(ctx, `SELECT purged_attempts, purged_dedupe FROM outbox.purge($1, $2, $3)`,
+		nullableInterval(p.AttemptsOlderThan), nullableInterval(p.DedupeOlderThan), p.MaxRows).Scan(&res.Attempts, &res.Dedupe)
+	if err != nil {
+		return PurgeResult{}, translate("purge", err)
+	}
+	return res, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nullableTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func nullableInterval(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
+}
