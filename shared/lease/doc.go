@@ -7,27 +7,27 @@
 //
 // # The lease state machine
 //
-//	              outbox.enqueue (producer's transaction)
-//	                         │
-//	                         ▼
-//	  ┌──────────────► pending, unleased ◄─────────────────────────┐
-//	  │                      │ ClaimBatch: due, head of its          │
-//	  │                      │ ordering key, FOR UPDATE SKIP LOCKED; │
-//	  │                      │ fresh lease_token, attempt + 1        │
-//	  │                      ▼                                       │
-//	  │               pending, leased ──── lease expires ──► RepairExpiredLeases
-//	  │                      │                                (ZOMBIE_REQUEUE, due now;
-//	  │        CompleteBatch │ (token, worker and expiry        dead at the ceiling)
-//	  │          checked; a mismatch is lease_lost and writes nothing)
-//	  │      ┌───────────────┼────────────────────┐
-//	  │      ▼               ▼                    ▼
-//	  │  DISPATCHED      RETRYABLE             FAILED, or RETRYABLE
-//	  │  row deleted     lease cleared,        at the attempt ceiling
-//	  │                  due at retry_at ──┐   row moved to outbox.dead
-//	  │                                    │          │
-//	  └────────────────────────────────────┘          │ ReplayDead (REPLAYED:
-//	  ◄───────────────────────────────────────────────┘  same id and sequence id,
-//	                                                      attempt count 0)
+//	            outbox.enqueue (producer's transaction)
+//	                       │
+//	                       ▼
+//	┌──────────────► pending, unleased ◄─────────────────────────┐
+//	│                      │ ClaimBatch: due, head of its          │
+//	│                      │ ordering key, FOR UPDATE SKIP LOCKED; │
+//	│                      │ fresh lease_token, attempt + 1        │
+//	│                      ▼                                       │
+//	│               pending, leased ──── lease expires ──► RepairExpiredLeases
+//	│                      │                                (ZOMBIE_REQUEUE, due now;
+//	│        CompleteBatch │ (token, worker and expiry        dead at the ceiling)
+//	│          checked; a mismatch is lease_lost and writes nothing)
+//	│      ┌───────────────┼────────────────────┐
+//	│      ▼               ▼                    ▼
+//	│  DISPATCHED      RETRYABLE             FAILED, or RETRYABLE
+//	│  row deleted     lease cleared,        at the attempt ceiling
+//	│                  due at retry_at ──┐   row moved to outbox.dead
+//	│                                    │          │
+//	└────────────────────────────────────┘          │ ReplayDead (REPLAYED:
+//	◄───────────────────────────────────────────────┘  same id and sequence id,
+//	                                                    attempt count 0)
 //
 // Every transition appends one row to the append-only outbox.attempts.
 //

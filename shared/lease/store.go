@@ -107,9 +107,9 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error
 	out := make([]Message, 0, max(p.BatchSize, 0))
 	for rows.Next() {
 		var (
-			m                                           Message
-			tenant, dedupe, ordering, trace             *string
-			sequence                                    *int64
+			m                               Message
+			tenant, dedupe, ordering, trace *string
+			sequence                        *int64
 		)
 		if err := rows.Scan(&m.ID, &m.Namespace, &m.Topic, &tenant, &dedupe, &ordering, &sequence,
 			&m.Payload, &m.Headers, &trace, &m.Attempt, &m.LeaseToken, &m.LeaseExpiresAt, &m.CreatedAt); err != nil {
