@@ -7,28 +7,28 @@
 //
 // # The lease state machine
 //
-//	             outbox.enqueue (in the producer's transaction)
-//	                        │
-//	                        ▼
-//	    ┌─────────► pending, unleased ◄────────────────────────┐
-//	    │                   │                                  │
-//	    │                   │ ClaimBatch: due, head of its     │ RepairExpiredLeases:
-//	    │                   │ ordering key, SKIP LOCKED;       │ lease expired, due now
-//	    │                   │ fresh lease_token, attempt + 1   │ (ZOMBIE_REQUEUE; dead at
-//	    │                   ▼                                  │ the attempt ceiling)
-//	    │            pending, leased ──────────────────────────┘
-//	    │                   │
-//	    │                   │ CompleteBatch: worker, token and expiry checked;
-//	    │                   │ a mismatch is lease_lost and writes nothing
-//	    │       ┌───────────┼──────────────────────┐
-//	    │       ▼           ▼                      ▼
-//	    │  DISPATCHED    RETRYABLE             FAILED (or RETRYABLE at
-//	    │  row deleted   lease cleared,        the attempt ceiling):
-//	    │                due at retry_at       row moved to outbox.dead
-//	    │                   │                      │
-//	    └───────────────────┘                      │ ReplayDead: same id and
-//	    ◄──────────────────────────────────────────┘ sequence id, attempt count 0
-//	                                                 (REPLAYED)
+//	         outbox.enqueue (in the producer's transaction)
+//	                    │
+//	                    ▼
+//	┌─────────► pending, unleased ◄────────────────────────┐
+//	│                   │                                  │
+//	│                   │ ClaimBatch: due, head of its     │ RepairExpiredLeases:
+//	│                   │ ordering key, SKIP LOCKED;       │ lease expired, due now
+//	│                   │ fresh lease_token, attempt + 1   │ (ZOMBIE_REQUEUE; dead at
+//	│                   ▼                                  │ the attempt ceiling)
+//	│            pending, leased ──────────────────────────┘
+//	│                   │
+//	│                   │ CompleteBatch: worker, token and expiry checked;
+//	│                   │ a mismatch is lease_lost and writes nothing
+//	│       ┌───────────┼──────────────────────┐
+//	│       ▼           ▼                      ▼
+//	│  DISPATCHED    RETRYABLE             FAILED (or RETRYABLE at
+//	│  row deleted   lease cleared,        the attempt ceiling):
+//	│                due at retry_at       row moved to outbox.dead
+//	│                   │                      │
+//	└───────────────────┘                      │ ReplayDead: same id and
+//	◄──────────────────────────────────────────┘ sequence id, attempt count 0
+//	                                             (REPLAYED)
 //
 // Every transition appends one row to the append-only outbox.attempts.
 //
