@@ -150,6 +150,11 @@ func (db *DB) LoginAs(t testing.TB, grantedRole string) string {
 		defer admin.Close(ctx)
 		// Connections of this role may still be closing; end them first.
 		_, _ = admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
+		// The grant of CONNECT on the test database is a privilege on a
+		// shared object, which would block the drop: DROP OWNED revokes it.
+		if _, err := admin.Exec(ctx, fmt.Sprintf("DROP OWNED BY %s", pgx.Identifier{role}.Sanitize())); err != nil {
+			t.Logf("pgtest: drop owned by %s: %v", role, err)
+		}
 		if _, err := admin.Exec(ctx, fmt.Sprintf("DROP ROLE IF EXISTS %s", pgx.Identifier{role}.Sanitize())); err != nil {
 			t.Logf("pgtest: drop role %s: %v", role, err)
 		}
