@@ -1,0 +1,139 @@
+package route
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/outboxkit/dispatcher/shared/retry"
+)
+
+// FieldDoc documents one configuration field. Fields is checked against the
+// decoding structs by a test, so that a field cannot be added, renamed or
+// removed without its documentation.
+type FieldDoc struct {
+	// Path is the field's path: "routes[].target.topic_arn".
+	Path string
+	// Type is the JSON type: string, integer, boolean, object, list,
+	// duration (a Go duration string such as "1m30s"), "map of string"
+	// (an object of string values) or "JSON Schema".
+	Type string
+	// Target is the target type the field belongs to; empty for a field of
+	// every route or target.
+	Target string
+	// Required says whether the field must be set.
+	Required bool
+	// Default is the value when the field is absent; empty when there is
+	// none.
+	Default string
+	// Rule says what values are valid.
+	Rule string
+	// Doc says what the field does.
+	Doc string
+}
+
+func bytesDoc(n int) string {
+	switch {
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%d (%d MiB)", n, n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%d (%d KiB)", n, n>>10)
+	}
+	return strconv.Itoa(n)
+}
+
+func payloadDefaultsDoc() string {
+	var parts []string
+	for _, typ := range TargetTypes {
+		parts = append(parts, typ+" "+bytesDoc(PayloadLimits[typ].Default))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func payloadMaximaDoc() string {
+	var parts []string
+	for _, typ := range TargetTypes {
+		parts = append(parts, typ+" "+bytesDoc(PayloadLimits[typ].Max))
+	}
+	return "1 to the target type's maximum: " + strings.Join(parts, "; ")
+}
+
+const nameRule = `1-128 characters of letters, digits and . _ : / -, starting with a letter or digit`
+
+// Fields documents every configuration field, in the order of the
+// reference in the package documentation.
+var Fields = []FieldDoc{
+	{Path: "routes", Type: "list", Required: true,
+		Rule: "at least one route",
+		Doc:  "The routes. A message goes to the most specific route that matches it; a message no route matches is dead-lettered as NO_ROUTE."},
+	{Path: "routes[].name", Type: "string", Default: "routes[<index>]",
+		Rule: nameRule + "; unique",
+		Doc:  "Names the route in logs, metrics and dead-letter reasons."},
+	{Path: "routes[].match", Type: "object", Required: true,
+		Rule: "no two routes with the same namespace and topic",
+		Doc:  "The messages the route takes."},
+	{Path: "routes[].match.namespace", Type: "string", Required: true,
+		Rule: `"*" or an exact namespace: ` + nameRule,
+		Doc:  "The message namespace to match; \"*\" matches any."},
+	{Path: "routes[].match.topic", Type: "string", Required: true,
+		Rule: `"*" or an exact topic: ` + nameRule,
+		Doc:  "The message topic to match; \"*\" matches any."},
+	{Path: "routes[].target", Type: "object", Required: true,
+		Rule: "only the fields of its type",
+		Doc:  "Where the messages go."},
+	{Path: "routes[].target.type", Type: "string", Required: true,
+		Rule: strings.Join(TargetTypes, ", "),
+		Doc:  "The kind of target."},
+	{Path: "routes[].target.timeout", Type: "duration", Default: formatDuration(DefaultTimeout),
+		Rule: "more than 0, at most " + formatDuration(MaxTimeout),
+		Doc:  "Bounds each call to the target; a call that takes longer is retried as TIMEOUT."},
+	{Path: "routes[].target.topic_arn", Type: "string", Target: TypeSNS, Required: true,
+		Rule: "arn:<partition>:sns:<region>:<12-digit account>:<topic name>; partition aws, aws-cn or aws-us-gov; a name ending in .fifo is a FIFO topic",
+		Doc:  "The SNS topic to publish to."},
+	{Path: "routes[].target.message_group_id", Type: "string", Target: TypeSNS,
+		Rule: "FIFO topics only; 1-" + strconv.Itoa(maxMessageGroupIDLen) + " printable ASCII characters without spaces",
+		Doc:  "The MessageGroupId of messages that have no ordering key (a message's ordering key is its group otherwise)."},
+	{Path: "routes[].target.event_bus", Type: "string", Target: TypeEventBridge, Required: true,
+		Rule: "a bus name of 1-256 characters of letters, digits and / . - _, or arn:<partition>:events:<region>:<12-digit account>:event-bus/<name>",
+		Doc:  "The EventBridge event bus to put events on."},
+	{Path: "routes[].target.source", Type: "string", Target: TypeEventBridge, Default: DefaultSource,
+		Rule: "text with the placeholders {namespace} and {topic} only; must not start with \"aws.\"; at most " + strconv.Itoa(maxSourceLen) + " characters once expanded",
+		Doc:  "The template of each event's Source."},
+	{Path: "routes[].target.detail_type", Type: "string", Target: TypeEventBridge, Default: DefaultDetailType,
+		Rule: "text with the placeholders {namespace} and {topic} only; at most " + strconv.Itoa(maxDetailTypeLen) + " characters once expanded",
+		Doc:  "The template of each event's DetailType."},
+	{Path: "routes[].target.url", Type: "string", Target: TypeHTTP, Required: true,
+		Rule: "an absolute https:// URL (http:// to localhost, 127.0.0.0/8 or ::1, or with allow_insecure_http); no user:password, no #fragment, no secret-looking query parameter",
+		Doc:  "The webhook endpoint; messages are POSTed to it as JSON, signed per Standard Webhooks."},
+	{Path: "routes[].target.signing_secret_env", Type: "string", Target: TypeHTTP,
+		Rule: "an environment variable name ([A-Za-z_][A-Za-z0-9_]*); exactly one of signing_secret_env and signing_secret_arn",
+		Doc:  "The environment variable that holds the Standard Webhooks signing secret."},
+	{Path: "routes[].target.signing_secret_arn", Type: "string", Target: TypeHTTP,
+		Rule: "arn:<partition>:secretsmanager:<region>:<12-digit account>:secret:<name>; exactly one of signing_secret_env and signing_secret_arn",
+		Doc:  "The Secrets Manager secret that holds the Standard Webhooks signing secret."},
+	{Path: "routes[].target.headers", Type: "map of string", Target: TypeHTTP,
+		Rule: "valid HTTP header names and values; not a reserved header (Content-Type, Content-Length, Host, Idempotency-Key, User-Agent, Connection, Transfer-Encoding, TE, Trailer, Upgrade, Keep-Alive, Proxy-Connection, Expect, webhook-*, X-Amz*, Outbox*, aws.*, amazon.*); not a credential (Authorization, Cookie, *token*, *secret*, *api-key*, ...)",
+		Doc:  "Static headers added to every request."},
+	{Path: "routes[].target.allow_insecure_http", Type: "boolean", Target: TypeHTTP, Default: "false",
+		Doc: "Permits an http:// URL to a host other than localhost, 127.0.0.0/8 or ::1."},
+	{Path: "routes[].target.function", Type: "string", Target: TypeLambda, Required: true,
+		Rule: "a function name (1-64 letters, digits, - and _), <account>:function:<name> or arn:<partition>:lambda:<region>:<account>:function:<name>, each with an optional :<version or alias>",
+		Doc:  "The Lambda function to invoke (RequestResponse) with each message's envelope."},
+	{Path: "routes[].retry", Type: "object",
+		Doc: "The retry policy: exponential backoff with full jitter. Each absent field takes its default."},
+	{Path: "routes[].retry.max_attempts", Type: "integer", Default: strconv.Itoa(retry.Default.MaxAttempts),
+		Rule: "1 to " + strconv.Itoa(MaxAttemptsCeiling) + " (the database's attempt ceiling)",
+		Doc:  "Attempts in all, the first included; a message whose last attempt fails retryably is dead-lettered."},
+	{Path: "routes[].retry.base_delay", Type: "duration", Default: formatDuration(retry.Default.BaseDelay),
+		Rule: "0 or more",
+		Doc:  "The cap of the first retry's delay; each retry doubles the cap up to max_delay."},
+	{Path: "routes[].retry.max_delay", Type: "duration", Default: formatDuration(retry.Default.MaxDelay),
+		Rule: "at least base_delay",
+		Doc:  "The largest delay between attempts (a target's Retry-After may ask for more, up to " + formatDuration(retry.MaxRetryAfter) + ")."},
+	{Path: "routes[].max_payload_bytes", Type: "integer", Default: payloadDefaultsDoc(),
+		Rule: payloadMaximaDoc(),
+		Doc:  "The largest payload the route sends, in bytes of its JSON; a larger one is dead-lettered as PAYLOAD_TOO_LARGE without a call."},
+	{Path: "routes[].schema", Type: "JSON Schema",
+		Rule: "an object or a boolean that compiles (draft 2020-12 unless $schema says otherwise); no reference outside itself",
+		Doc:  "Validates each payload before delivery; a payload that fails is dead-lettered as INVALID_PAYLOAD without a call."},
+}

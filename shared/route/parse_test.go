@@ -1,0 +1,463 @@
+package route
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/retry"
+)
+
+// config wraps routes (JSON objects) in a configuration.
+func config(routes ...string) string {
+	return `{"routes": [` + strings.Join(routes, ",\n") + `]}`
+}
+
+// routeTo is a route of the pattern ns/tp to a target, with extra route
+// fields (JSON members, comma-prefixed by the caller's choice of none).
+func routeTo(target string, extra ...string) string {
+	fields := []string{`"match": {"namespace": "ns", "topic": "tp"}`, `"target": ` + target}
+	return "{" + strings.Join(append(fields, extra...), ", ") + "}"
+}
+
+const (
+	snsTarget    = `{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:orders"}`
+	fifoTarget   = `{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:payments.fifo", "message_group_id": "payments"}`
+	ebTarget     = `{"type": "eventbridge", "event_bus": "default"}`
+	httpTarget   = `{"type": "http", "url": "https://billing.internal/usage", "signing_secret_env": "BILLING_SECRET"}`
+	lambdaTarget = `{"type": "lambda", "function": "audit-sink"}`
+)
+
+// want is one expected problem: its field path and a phrase of its message.
+type want struct{ field, msg string }
+
+func routeIndexOf(t *testing.T, field string) int {
+	t.Helper()
+	var i int
+	if _, err := fmt.Sscanf(field, "routes[%d]", &i); err != nil {
+		return -1
+	}
+	return i
+}
+
+// checkProblems asserts that Parse rejects data with exactly the wanted
+// problems, in order.
+func checkProblems(t *testing.T, data string, wants ...want) {
+	t.Helper()
+	table, err := Parse([]byte(data))
+	if err == nil {
+		t.Fatalf("Parse accepted the configuration (%d routes); want %d problems", len(table.Routes), len(wants))
+	}
+	ce, ok := errors.AsType[*ConfigError](err)
+	if !ok {
+		t.Fatalf("error is %T (%v), want *ConfigError", err, err)
+	}
+	if len(ce.Problems) != len(wants) {
+		t.Fatalf("got %d problems, want %d:\n%v", len(ce.Problems), len(wants), err)
+	}
+	for i, w := range wants {
+		p := ce.Problems[i]
+		if p.Field != w.field || !strings.Contains(p.Message, w.msg) {
+			t.Errorf("problem %d = %q\nwant field %q with a message containing %q", i, p.String(), w.field, w.msg)
+		}
+		if wantRoute := routeIndexOf(t, w.field); p.Route != wantRoute {
+			t.Errorf("problem %d: Route = %d, want %d", i, p.Route, wantRoute)
+		}
+		if line := p.String(); !strings.Contains(err.Error(), "\n"+line) {
+			t.Errorf("Error() does not list %q on a line of its own:\n%s", line, err)
+		}
+	}
+}
+
+func TestParseRejectsBadDocuments(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, data string
+		want       want
+	}{
+		{"truncated JSON", `{"routes": [`, want{"", "not valid JSON: unexpected end of JSON input"}},
+		{"JSON syntax error with position", "{\"routes\": [\n  {\"match\": }\n]}", want{"", "(line 2, column 13)"}},
+		{"trailing JSON", `{"routes": []} {}`, want{"", "not valid JSON"}},
+		{"not YAML", "routes: [\n  - a\n", want{"", "not valid YAML"}},
+		{"unquoted asterisk in YAML", "routes:\n  - match:\n      namespace: *\n", want{"", `line 3 has an unquoted *, which YAML reads as an alias: write "*"`}},
+		{"duplicate YAML key", "routes: []\nroutes: []\n", want{"", `not valid YAML`}},
+		{"several YAML documents", "routes: []\n---\nroutes: []\n", want{"", "the YAML holds 2 documents"}},
+		{"empty", "", want{"", "the configuration is empty"}},
+		{"only a YAML comment", "  \n# nothing here\n", want{"", "the configuration is empty"}},
+		{"top level list", `[]`, want{"", `the configuration must be an object with a "routes" list, not a list`}},
+		{"top level string in YAML", `just text`, want{"", `not the string "just text"`}},
+		{"too large", `{"routes": [` + strings.Repeat(" ", MaxConfigBytes) + `]}`, want{"", "over the limit of 4194304"}},
+		{"too deep", config(routeTo(snsTarget, `"schema": `+strings.Repeat(`{"not": `, 200)+`{}`+strings.Repeat(`}`, 200))), want{"", "nested more than 100 levels deep"}},
+		{"missing routes", `{}`, want{"routes", "is required: a list of at least one route"}},
+		{"null routes", `{"routes": null}`, want{"routes", "is required"}},
+		{"empty routes", `{"routes": []}`, want{"routes", "is empty: list at least one route"}},
+		{"routes not a list", `{"routes": {"match": {}}}`, want{"routes", "must be a list, not an object"}},
+		{"unknown top-level field", `{"routes": [` + routeTo(snsTarget) + `], "defaults": {}}`, want{"defaults", `unknown field "defaults"; the fields of the configuration are routes`}},
+		{"duplicate JSON key", `{"routes": [` + routeTo(snsTarget) + `], "routes": []}`, want{"routes", "appears twice; a second value would silently replace the first"}},
+		{"route not an object", `{"routes": ["sns"]}`, want{"routes[0]", `must be an object, not the string "sns"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			checkProblems(t, tc.data, tc.want)
+		})
+	}
+}
+
+func TestParseRejectsBadRoutes(t *testing.T) {
+	t.Parallel()
+	longName := strings.Repeat("n", 129)
+	for _, tc := range []struct {
+		name, route string
+		want        []want
+	}{
+		// Unknown fields and inline secrets, at every level.
+		{"unknown route field", routeTo(snsTarget, `"priority": 1`), []want{{"routes[0].priority", `unknown field "priority"; the fields of a route are name, match, target, retry, max_payload_bytes, schema`}}},
+		{"unknown match field", `{"match": {"namespace": "ns", "topic": "tp", "tenant": "t"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.tenant", `unknown field "tenant"; the fields of a match are namespace, topic`}}},
+		{"unknown retry field", routeTo(snsTarget, `"retry": {"attempts": 3}`), []want{{"routes[0].retry.attempts", `unknown field "attempts"; the fields of a retry policy are max_attempts, base_delay, max_delay`}}},
+		{"unknown target field lists the type's fields", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "subject": "x"}`), []want{{"routes[0].target.subject", `unknown field "subject"; the fields of an sns target are type, timeout, topic_arn, message_group_id`}}},
+		{"unknown target field of an unknown type lists every field", routeTo(`{"type": "kafka", "brokers": "b"}`), []want{{"routes[0].target.brokers", `the fields of a target are type, timeout, topic_arn, message_group_id, event_bus, source, detail_type, url, signing_secret_env, signing_secret_arn, headers, allow_insecure_http, function`}, {"routes[0].target.type", `"kafka" is not a target type; the types are sns, eventbridge, http, lambda`}}},
+		{"misspelt field", routeTo(`{"type": "sns", "topic_ar": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.topic_ar", `unknown field "topic_ar" (did you mean "topic_arn"?); the fields of an sns target are`}, {"routes[0].target.topic_arn", "is required"}}},
+		{"misspelt secret reference", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_evn": "S"}`), []want{{"routes[0].target.signing_secret_evn", `unknown field "signing_secret_evn" (did you mean "signing_secret_env"?)`}, {"routes[0].target", "needs signing_secret_env or signing_secret_arn"}}},
+		{"field name in the wrong case", routeTo(`{"type": "sns", "Topic_ARN": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.Topic_ARN", `(did you mean "topic_arn"? names are case-sensitive)`}}},
+		{"odd field name is quoted in the path", routeTo(snsTarget, `"my field": 1`), []want{{`routes[0]["my field"]`, `unknown field "my field"`}}},
+		{"inline signing secret", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "signing_secret": "whsec_abc"}`), []want{{"routes[0].target.signing_secret", "secrets are referenced with signing_secret_env or signing_secret_arn, never inline"}}},
+		{"inline password", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "password": "hunter2"}`), []want{{"routes[0].target.password", "never inline"}}},
+		{"inline api key", routeTo(`{"type": "lambda", "function": "f", "api_key": "k"}`), []want{{"routes[0].target.api_key", "never inline"}}},
+		{"inline token on the route", routeTo(snsTarget, `"token": "t"`), []want{{"routes[0].token", "never inline"}}},
+		{"inline secret", routeTo(`{"type": "http", "url": "https://h.example/x", "secret": "s"}`), []want{{"routes[0].target.secret", "never inline"}, {"routes[0].target", "needs signing_secret_env or signing_secret_arn"}}},
+
+		// Names.
+		{"bad name", routeTo(snsTarget, `"name": "billing usage"`), []want{{"routes[0].name", `"billing usage" must be 1-128 characters of letters, digits and . _ : / -`}}},
+		{"name not a string", routeTo(snsTarget, `"name": 7`), []want{{"routes[0].name", "must be a string, not the number 7"}}},
+
+		// Match.
+		{"missing match", `{"target": ` + snsTarget + `}`, []want{{"routes[0].match", `is required: {"namespace": ..., "topic": ...}, each an exact name or "*"`}}},
+		{"match not an object", `{"match": "payments/*", "target": ` + snsTarget + `}`, []want{{"routes[0].match", `must be an object, not the string "payments/*"`}}},
+		{"missing namespace", `{"match": {"topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `is required: an exact namespace, or "*" to match any`}}},
+		{"missing topic", `{"match": {"namespace": "ns"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.topic", `is required: an exact topic, or "*" to match any`}}},
+		{"invalid namespace", `{"match": {"namespace": "-billing", "topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `"-billing" is neither "*" nor a valid namespace: 1-128 characters`}}},
+		{"namespace too long", `{"match": {"namespace": "` + longName + `", "topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `is neither "*" nor a valid namespace`}}},
+		{"partial wildcard topic", `{"match": {"namespace": "ns", "topic": "usage_*"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.topic", `"usage_*" is neither "*" nor an exact topic; partial wildcards are not supported`}}},
+
+		// Target, common.
+		{"missing target", `{"match": {"namespace": "ns", "topic": "tp"}}`, []want{{"routes[0].target", "is required: an object with a type (sns, eventbridge, http, lambda)"}}},
+		{"missing type", routeTo(`{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.type", "is required: one of sns, eventbridge, http, lambda"}}},
+		{"unknown type", routeTo(`{"type": "SNS"}`), []want{{"routes[0].target.type", `"SNS" is not a target type; the types are sns, eventbridge, http, lambda`}}},
+		{"sns field on an http target", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", "is a field of sns targets, not of an http target"}}},
+		{"http fields on an sns target", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "url": "https://h.example/x", "allow_insecure_http": true}`), []want{{"routes[0].target.url", "is a field of http targets, not of an sns target"}, {"routes[0].target.allow_insecure_http", "is a field of http targets"}}},
+		{"lambda field on an eventbridge target", routeTo(`{"type": "eventbridge", "event_bus": "default", "function": "f"}`), []want{{"routes[0].target.function", "is a field of lambda targets, not of an eventbridge target"}}},
+		{"eventbridge field on a lambda target", routeTo(`{"type": "lambda", "function": "f", "event_bus": "default"}`), []want{{"routes[0].target.event_bus", "is a field of eventbridge targets, not of a lambda target"}}},
+
+		// SNS.
+		{"sns without topic_arn", routeTo(`{"type": "sns"}`), []want{{"routes[0].target.topic_arn", "is required for an sns target: arn:aws:sns:<region>:<12-digit account>:<topic name>"}}},
+		{"topic_arn not an ARN", routeTo(`{"type": "sns", "topic_arn": "payments"}`), []want{{"routes[0].target.topic_arn", `"payments" is not an ARN; want arn:aws:sns:`}}},
+		{"topic_arn of another service", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sqs:eu-west-1:123456789012:q"}`), []want{{"routes[0].target.topic_arn", `is an ARN of service "sqs", not "sns"`}}},
+		{"topic_arn with an unknown partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws-iso:sns:us-iso-east-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `has partition "aws-iso"; the partitions are aws, aws-cn and aws-us-gov`}}},
+		{"topic_arn without a region", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns::123456789012:t"}`), []want{{"routes[0].target.topic_arn", `has region "", which is not a region name`}}},
+		{"topic_arn region outside its partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws-cn:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `has region "eu-west-1", which is not in partition "aws-cn"`}}},
+		{"topic_arn China region in the aws partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:cn-north-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `which is not in partition "aws"`}}},
+		{"topic_arn short account", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:1234:payments"}`), []want{{"routes[0].target.topic_arn", `has account "1234"; an account id is 12 digits`}}},
+		{"topic_arn bad topic name", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:pay/ments"}`), []want{{"routes[0].target.topic_arn", `has topic name "pay/ments"`}}},
+		{"topic_arn name too long", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:` + strings.Repeat("t", 253) + `.fifo"}`), []want{{"routes[0].target.topic_arn", `has topic name`}}},
+		{"message_group_id on a standard topic", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:orders", "message_group_id": "g"}`), []want{{"routes[0].target.message_group_id", "is only for FIFO topics (names ending in .fifo)"}}},
+		{"message_group_id too long", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "` + strings.Repeat("g", 129) + `"}`), []want{{"routes[0].target.message_group_id", "is 129 characters, over SNS's limit of 128"}}},
+		{"message_group_id with a space", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "a b"}`), []want{{"routes[0].target.message_group_id", "printable ASCII without spaces"}}},
+
+		// EventBridge.
+		{"eventbridge without event_bus", routeTo(`{"type": "eventbridge"}`), []want{{"routes[0].target.event_bus", `is required for an eventbridge target: a bus name such as "default"`}}},
+		{"event_bus bad name", routeTo(`{"type": "eventbridge", "event_bus": "my bus"}`), []want{{"routes[0].target.event_bus", `"my bus" is neither a bus name (1-256 letters, digits and / . - _) nor an event bus ARN`}}},
+		{"event_bus name too long", routeTo(`{"type": "eventbridge", "event_bus": "` + strings.Repeat("b", 257) + `"}`), []want{{"routes[0].target.event_bus", "is neither a bus name"}}},
+		{"event_bus ARN of a rule", routeTo(`{"type": "eventbridge", "event_bus": "arn:aws:events:eu-west-1:123456789012:rule/r"}`), []want{{"routes[0].target.event_bus", "is not an event bus ARN; want arn:aws:events:<region>:<12-digit account>:event-bus/<name>"}}},
+		{"event_bus ARN of another service", routeTo(`{"type": "eventbridge", "event_bus": "arn:aws:sns:eu-west-1:123456789012:event-bus/b"}`), []want{{"routes[0].target.event_bus", `is an ARN of service "sns", not "events"`}}},
+		{"unknown placeholder in source", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "outbox.{tenant}"}`), []want{{"routes[0].target.source", `has the unknown placeholder "{tenant}"; the placeholders are {namespace} and {topic}`}}},
+		{"unknown placeholder in detail_type", routeTo(`{"type": "eventbridge", "event_bus": "default", "detail_type": "{Topic}"}`), []want{{"routes[0].target.detail_type", `has the unknown placeholder "{Topic}"`}}},
+		{"unclosed brace", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "outbox.{namespace"}`), []want{{"routes[0].target.source", `has a "{" that is never closed`}}},
+		{"stray closing brace", routeTo(`{"type": "eventbridge", "event_bus": "default", "detail_type": "topic}"}`), []want{{"routes[0].target.detail_type", `has a "}" without a "{"`}}},
+		{"source reserved by AWS", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "aws.outbox"}`), []want{{"routes[0].target.source", `starts with "aws.": AWS reserves that prefix`}}},
+		{"source that expands into aws.", `{"match": {"namespace": "aws.billing", "topic": "*"}, "target": {"type": "eventbridge", "event_bus": "default", "source": "{namespace}"}}`, []want{{"routes[0].target.source", `"{namespace}" expands to "aws.billing" for this route, which starts with "aws."`}}},
+		{"detail_type too long", routeTo(`{"type": "eventbridge", "event_bus": "default", "detail_type": "` + strings.Repeat("d", 127) + `.{topic}"}`), []want{{"routes[0].target.detail_type", "expands to 130 characters, over EventBridge's limit of 128"}}},
+		{"source too long", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "` + strings.Repeat("s", 257) + `"}`), []want{{"routes[0].target.source", "expands to 257 characters, over EventBridge's limit of 256"}}},
+
+		// HTTP.
+		{"http without url", routeTo(`{"type": "http", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "is required for an http target: an https:// URL"}}},
+		{"relative url", routeTo(`{"type": "http", "url": "/usage", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", `"/usage" is not an absolute URL such as https://billing.internal/usage`}}},
+		{"unparsable url", routeTo(`{"type": "http", "url": "https://bad host/", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", `is not a URL: invalid character " " in host name`}}},
+		{"ftp url", routeTo(`{"type": "http", "url": "ftp://h.example/x", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", `has scheme "ftp"; use https://`}}},
+		{"plain http to a remote host", routeTo(`{"type": "http", "url": "http://billing.internal/usage", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "uses http:// to billing.internal, which sends messages unencrypted; use https://, or set allow_insecure_http: true"}}},
+		{"credentials in the url", routeTo(`{"type": "http", "url": "https://user:hunter2@h.example/x", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "contains credentials (user:password@); secrets are referenced with signing_secret_env or signing_secret_arn, never inline"}}},
+		{"token in the query", routeTo(`{"type": "http", "url": "https://h.example/x?access_token=abc", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", `has the query parameter "access_token", which would carry a credential inline`}}},
+		{"fragment in the url", routeTo(`{"type": "http", "url": "https://h.example/x#part", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "has a #fragment, which is never sent"}}},
+		{"no signing secret", routeTo(`{"type": "http", "url": "https://h.example/x"}`), []want{{"routes[0].target", "needs signing_secret_env or signing_secret_arn: webhooks are always signed"}}},
+		{"both signing secrets", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "signing_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:s"}`), []want{{"routes[0].target", "sets both signing_secret_env and signing_secret_arn; set exactly one"}}},
+		{"signing_secret_env not a variable name", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw+X=="}`), []want{{"routes[0].target.signing_secret_env", "is not an environment variable name"}}},
+		{"signing_secret_env starting with a digit", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "1SECRET"}`), []want{{"routes[0].target.signing_secret_env", `"1SECRET" is not an environment variable name`}}},
+		{"signing_secret_arn of another service", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_arn": "arn:aws:ssm:eu-west-1:123456789012:parameter/s"}`), []want{{"routes[0].target.signing_secret_arn", `is an ARN of service "ssm", not "secretsmanager"`}}},
+		{"signing_secret_arn not a secret", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:s"}`), []want{{"routes[0].target.signing_secret_arn", "is not a Secrets Manager secret ARN; want arn:aws:secretsmanager:<region>:<12-digit account>:secret:<name>"}}},
+		{"header with a bad name", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X Team": "billing"}}`), []want{{`routes[0].target.headers["X Team"]`, `"X Team" is not a valid HTTP header name`}}},
+		{"header with a CRLF", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": "a\r\nX-Admin: 1"}}`), []want{{"routes[0].target.headers.X-Team", "has a value with a control character"}}},
+		{"header value not a string", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": 1}}`), []want{{"routes[0].target.headers.X-Team", "must be a string, not the number 1"}}},
+		{"authorization header", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"Authorization": "Bearer abc"}}`), []want{{"routes[0].target.headers.Authorization", "would carry a credential inline; secrets are referenced with signing_secret_env or signing_secret_arn, never inline"}}},
+		{"api key header", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Api-Key": "abc"}}`), []want{{"routes[0].target.headers.X-Api-Key", "never inline"}}},
+		{"headers differing in case", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": "a", "x-team": "b"}}`), []want{{"routes[0].target.headers.x-team", `is the same header as "X-Team" (header names are case-insensitive)`}}},
+
+		// Lambda.
+		{"lambda without function", routeTo(`{"type": "lambda"}`), []want{{"routes[0].target.function", "is required for a lambda target: a function name"}}},
+		{"function name with a space", routeTo(`{"type": "lambda", "function": "audit sink"}`), []want{{"routes[0].target.function", `has function name "audit sink"; a name is 1-64 letters, digits, - and _`}}},
+		{"function name too long", routeTo(`{"type": "lambda", "function": "` + strings.Repeat("f", 65) + `"}`), []want{{"routes[0].target.function", "has function name"}}},
+		{"function ARN of another service", routeTo(`{"type": "lambda", "function": "arn:aws:states:eu-west-1:123456789012:stateMachine:s"}`), []want{{"routes[0].target.function", `is an ARN of service "states", not "lambda"`}}},
+		{"lambda ARN that is not a function", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:123456789012:layer:l"}`), []want{{"routes[0].target.function", "is not a Lambda function ARN"}}},
+		{"function ARN with a short account", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:1234:function:f"}`), []want{{"routes[0].target.function", `has account "1234"`}}},
+		{"bad qualifier", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:123456789012:function:f:v1.2"}`), []want{{"routes[0].target.function", `has qualifier "v1.2"; a qualifier is $LATEST, a version number or an alias`}}},
+
+		// Retry.
+		{"max_attempts zero", routeTo(snsTarget, `"retry": {"max_attempts": 0}`), []want{{"routes[0].retry.max_attempts", "must be at least 1, got 0"}}},
+		{"max_attempts negative", routeTo(snsTarget, `"retry": {"max_attempts": -3}`), []want{{"routes[0].retry.max_attempts", "must be at least 1, got -3"}}},
+		{"max_attempts over the ceiling", routeTo(snsTarget, `"retry": {"max_attempts": 101}`), []want{{"routes[0].retry.max_attempts", "must be at most 100 (the database's attempt ceiling), got 101"}}},
+		{"max_attempts as a string", routeTo(snsTarget, `"retry": {"max_attempts": "12"}`), []want{{"routes[0].retry.max_attempts", `must be an integer, not the string "12"`}}},
+		{"max_attempts fractional", routeTo(snsTarget, `"retry": {"max_attempts": 1.5}`), []want{{"routes[0].retry.max_attempts", "must be a whole number written without a fraction or exponent, not 1.5"}}},
+		{"base_delay unparsable", routeTo(snsTarget, `"retry": {"base_delay": "1 second"}`), []want{{"routes[0].retry.base_delay", `"1 second" is not a duration; write one such as "500ms", "30s" or "15m"`}}},
+		{"base_delay negative", routeTo(snsTarget, `"retry": {"base_delay": "-1s"}`), []want{{"routes[0].retry.base_delay", "must not be negative, got -1s"}}},
+		{"max_delay negative", routeTo(snsTarget, `"retry": {"max_delay": "-5m"}`), []want{{"routes[0].retry.max_delay", "must not be negative, got -5m"}}},
+		{"max_delay as a number", routeTo(snsTarget, `"retry": {"max_delay": 900}`), []want{{"routes[0].retry.max_delay", "must be a string, not the number 900"}}},
+		{"max_delay below base_delay", routeTo(snsTarget, `"retry": {"base_delay": "10s", "max_delay": "5s"}`), []want{{"routes[0].retry.max_delay", "is 5s, less than base_delay 10s; max_delay must be at least base_delay"}}},
+		{"default max_delay below base_delay", routeTo(snsTarget, `"retry": {"base_delay": "1h"}`), []want{{"routes[0].retry.max_delay", "is 15m (the default), less than base_delay 1h"}}},
+		{"retry not an object", routeTo(snsTarget, `"retry": 3`), []want{{"routes[0].retry", "must be an object, not the number 3"}}},
+
+		// Timeout.
+		{"zero timeout", routeTo(`{"type": "lambda", "function": "f", "timeout": "0s"}`), []want{{"routes[0].target.timeout", "must be positive, got 0s"}}},
+		{"negative timeout", routeTo(`{"type": "lambda", "function": "f", "timeout": "-1s"}`), []want{{"routes[0].target.timeout", "must be positive, got -1s"}}},
+		{"timeout over 5m", routeTo(`{"type": "lambda", "function": "f", "timeout": "6m"}`), []want{{"routes[0].target.timeout", "must be at most 5m, got 6m"}}},
+		{"timeout unparsable", routeTo(`{"type": "lambda", "function": "f", "timeout": "5"}`), []want{{"routes[0].target.timeout", `"5" is not a duration; write one such as "5s" or "1m30s"`}}},
+		{"timeout as a number", routeTo(`{"type": "lambda", "function": "f", "timeout": 5}`), []want{{"routes[0].target.timeout", "must be a string, not the number 5"}}},
+
+		// Payload size.
+		{"max_payload_bytes zero", routeTo(snsTarget, `"max_payload_bytes": 0`), []want{{"routes[0].max_payload_bytes", "must be positive, got 0"}}},
+		{"max_payload_bytes negative", routeTo(snsTarget, `"max_payload_bytes": -1`), []want{{"routes[0].max_payload_bytes", "must be positive, got -1"}}},
+		{"max_payload_bytes over sns", routeTo(snsTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 for an sns target, got 1048577"}}},
+		{"max_payload_bytes over eventbridge", routeTo(ebTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 for an eventbridge target, got 1048577"}}},
+		{"max_payload_bytes over http", routeTo(httpTarget, `"max_payload_bytes": 10485761`), []want{{"routes[0].max_payload_bytes", "must be at most 10485760 for an http target, got 10485761"}}},
+		{"max_payload_bytes over lambda", routeTo(lambdaTarget, `"max_payload_bytes": 6291457`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 for a lambda target, got 6291457"}}},
+		{"max_payload_bytes overflowing", routeTo(lambdaTarget, `"max_payload_bytes": 1e30`), []want{{"routes[0].max_payload_bytes", "must be a whole number written without a fraction or exponent, not 1e30"}}},
+		{"max_payload_bytes too large", routeTo(lambdaTarget, `"max_payload_bytes": 99999999999999999999`), []want{{"routes[0].max_payload_bytes", "99999999999999999999 is too large"}}},
+
+		// Schema.
+		{"schema a string", routeTo(snsTarget, `"schema": "object"`), []want{{"routes[0].schema", "must be a JSON Schema: an object or a boolean, not a string"}}},
+		{"schema a list", routeTo(snsTarget, `"schema": [{"type": "object"}]`), []want{{"routes[0].schema", "must be a JSON Schema: an object or a boolean, not a list"}}},
+		{"schema that does not compile", routeTo(snsTarget, `"schema": {"type": "objekt"}`), []want{{"routes[0].schema", "is not a valid JSON Schema: at /type: value must be one of 'array', 'boolean', 'integer', 'null', 'number', 'object', 'string'"}}},
+		{"schema with a bad pattern", routeTo(snsTarget, `"schema": {"pattern": "(?=lookahead)"}`), []want{{"routes[0].schema", "is not a valid JSON Schema: at /pattern: '(?=lookahead)' is not valid regex"}}},
+		{"schema with a dangling local ref", routeTo(snsTarget, `"schema": {"$ref": "#/$defs/missing"}`), []want{{"routes[0].schema", `does not compile: json-pointer in "#/$defs/missing" not found`}}},
+		{"schema with a remote ref", routeTo(snsTarget, `"schema": {"$ref": "https://schemas.example.com/usage.json"}`), []want{{"routes[0].schema", `failing loading "https://schemas.example.com/usage.json": references outside the route's own schema are not loaded; put the referenced schema under $defs`}}},
+		{"schema with a relative ref", routeTo(snsTarget, `"schema": {"$ref": "common.json#/$defs/money"}`), []want{{"routes[0].schema", `failing loading "common.json": references outside the route's own schema are not loaded`}}},
+		{"schema with a file ref", routeTo(snsTarget, `"schema": {"$ref": "file:///etc/passwd"}`), []want{{"routes[0].schema", "references outside the route's own schema are not loaded"}}},
+		{"schema with a remote metaschema", routeTo(snsTarget, `"schema": {"$schema": "https://schemas.example.com/meta.json", "type": "object"}`), []want{{"routes[0].schema", "references outside the route's own schema are not loaded"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			checkProblems(t, config(tc.route), tc.want...)
+		})
+	}
+}
+
+func TestParseRejectsDuplicates(t *testing.T) {
+	t.Parallel()
+	t.Run("same match", func(t *testing.T) {
+		t.Parallel()
+		checkProblems(t, config(
+			`{"match": {"namespace": "payments", "topic": "*"}, "target": `+snsTarget+`}`,
+			`{"match": {"namespace": "audit", "topic": "*"}, "target": `+lambdaTarget+`}`,
+			`{"match": {"namespace": "payments", "topic": "*"}, "target": `+ebTarget+`}`,
+		), want{"routes[2].match", `namespace "payments" and topic "*" are already matched by routes[0]; each pair of patterns may appear once`})
+	})
+	t.Run("same name", func(t *testing.T) {
+		t.Parallel()
+		checkProblems(t, config(
+			`{"name": "billing", "match": {"namespace": "a", "topic": "*"}, "target": `+snsTarget+`}`,
+			`{"name": "billing", "match": {"namespace": "b", "topic": "*"}, "target": `+snsTarget+`}`,
+		), want{"routes[1].name", `"billing" is already the name of routes[0]; names must be unique`})
+	})
+}
+
+func TestParseReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	data := `{"routes": [
+	  {"match": {"namespace": "payments", "topic": "*"},
+	   "target": {"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:1234:payments", "message_group_id": "p"}},
+	  {"match": {"namespace": "billing", "topic": "usage"},
+	   "target": {"type": "http", "url": "http://billing.internal/usage", "signing_secret": "whsec_x"},
+	   "retry": {"max_attempts": 500, "base_delay": "soon"}},
+	  {"match": {"namespace": "*", "topic": "*"},
+	   "target": {"type": "eventbridge", "event_bus": "default", "source": "aws.{topic}", "tiemout": "5s"}},
+	  {"match": {"namespace": "payments", "topic": "*"},
+	   "target": {"type": "lambda", "function": "payments-sink", "timeout": "10m"},
+	   "max_payload_bytes": 0}
+	], "version": 2}`
+	checkProblems(t, data,
+		want{"version", `unknown field "version"`},
+		want{"routes[0].target.topic_arn", `has account "1234"`},
+		want{"routes[0].target.message_group_id", "is only for FIFO topics"},
+		want{"routes[1].target.signing_secret", "never inline"},
+		want{"routes[1].retry.max_attempts", "must be at most 100"},
+		want{"routes[1].retry.base_delay", `"soon" is not a duration`},
+		want{"routes[1].target.url", "uses http:// to billing.internal"},
+		want{"routes[1].target", "needs signing_secret_env or signing_secret_arn"},
+		want{"routes[2].target.tiemout", `unknown field "tiemout" (did you mean "timeout"?); the fields of an eventbridge target are type, timeout, event_bus, source, detail_type`},
+		want{"routes[2].target.source", `starts with "aws."`},
+		want{"routes[3].target.timeout", "must be at most 5m, got 10m"},
+		want{"routes[3].max_payload_bytes", "must be positive, got 0"},
+		want{"routes[3].match", "already matched by routes[0]"},
+	)
+}
+
+func TestParseAcceptsValidTargets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, route string }{
+		{"sns standard", routeTo(snsTarget)},
+		{"sns fifo with a group", routeTo(fifoTarget)},
+		{"sns fifo without a group", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo"}`)},
+		{"sns China", routeTo(`{"type": "sns", "topic_arn": "arn:aws-cn:sns:cn-north-1:123456789012:t"}`)},
+		{"sns GovCloud", routeTo(`{"type": "sns", "topic_arn": "arn:aws-us-gov:sns:us-gov-west-1:123456789012:t"}`)},
+		{"eventbridge bus ARN", routeTo(`{"type": "eventbridge", "event_bus": "arn:aws:events:eu-west-1:123456789012:event-bus/orders"}`)},
+		{"eventbridge partner bus", routeTo(`{"type": "eventbridge", "event_bus": "aws.partner/example.com/123/orders"}`)},
+		{"eventbridge templates", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "com.example.{namespace}", "detail_type": "{namespace}.{topic}.v1"}`)},
+		{"http to localhost", routeTo(`{"type": "http", "url": "http://localhost:8080/hook", "signing_secret_env": "S"}`)},
+		{"http to 127.0.0.1", routeTo(`{"type": "http", "url": "http://127.0.0.1:8080/hook", "signing_secret_env": "S"}`)},
+		{"http to ::1", routeTo(`{"type": "http", "url": "http://[::1]:8080/hook", "signing_secret_env": "S"}`)},
+		{"http with allow_insecure_http", routeTo(`{"type": "http", "url": "http://billing.internal/usage", "signing_secret_env": "S", "allow_insecure_http": true}`)},
+		{"http with a secret ARN and headers", routeTo(`{"type": "http", "url": "https://h.example/x?tenant=1", "signing_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:billing/webhook-AbCdEf", "headers": {"X-Team": "billing", "X-Env": "prod\tblue"}}`)},
+		{"lambda name with qualifier", routeTo(`{"type": "lambda", "function": "audit-sink:live"}`)},
+		{"lambda partial ARN", routeTo(`{"type": "lambda", "function": "123456789012:function:audit-sink"}`)},
+		{"lambda full ARN with version", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:123456789012:function:audit-sink:42"}`)},
+		{"lambda full ARN with $LATEST", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:123456789012:function:audit-sink:$LATEST"}`)},
+		{"payload limit at the maximum", routeTo(lambdaTarget, `"max_payload_bytes": 6291456`)},
+		{"boolean schema", routeTo(lambdaTarget, `"schema": true`)},
+		{"draft-07 schema", routeTo(lambdaTarget, `"schema": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}`)},
+		{"schema with local refs", routeTo(lambdaTarget, `"schema": {"$defs": {"money": {"type": "integer"}}, "properties": {"amount": {"$ref": "#/$defs/money"}}}`)},
+		{"nulls are absent", routeTo(lambdaTarget, `"name": null, "retry": null, "schema": null, "max_payload_bytes": null`)},
+		{"zero base delay", routeTo(lambdaTarget, `"retry": {"base_delay": "0s", "max_delay": "0s"}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := Parse([]byte(config(tc.route))); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestParseAppliesDefaults(t *testing.T) {
+	t.Parallel()
+	table, err := Parse([]byte(config(
+		`{"match": {"namespace": "a", "topic": "*"}, "target": `+snsTarget+`}`,
+		`{"match": {"namespace": "b", "topic": "*"}, "target": `+ebTarget+`, "retry": {"max_attempts": 3}}`,
+		`{"match": {"namespace": "c", "topic": "*"}, "target": `+httpTarget+`, "retry": {"max_delay": "1h"}}`,
+		`{"match": {"namespace": "d", "topic": "*"}, "target": `+lambdaTarget+`, "retry": {"base_delay": "2s"}}`,
+	)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range []struct {
+		retry   retry.Policy
+		payload int
+	}{
+		{retry.Default, 262144},
+		{retry.Policy{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 15 * time.Minute}, 262144},
+		{retry.Policy{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: time.Hour}, 1048576},
+		{retry.Policy{MaxAttempts: 12, BaseDelay: 2 * time.Second, MaxDelay: 15 * time.Minute}, 1048576},
+	} {
+		r := table.Routes[i]
+		if r.Index != i || r.Name != fmt.Sprintf("routes[%d]", i) {
+			t.Errorf("route %d: Index %d, Name %q", i, r.Index, r.Name)
+		}
+		if r.Retry != w.retry {
+			t.Errorf("route %d: Retry = %+v, want %+v", i, r.Retry, w.retry)
+		}
+		if err := r.Retry.Validate(); err != nil {
+			t.Errorf("route %d: Retry.Validate: %v", i, err)
+		}
+		if r.Timeout != 10*time.Second || r.Target.Timeout != r.Timeout {
+			t.Errorf("route %d: Timeout %s, Target.Timeout %s; want 10s", i, r.Timeout, r.Target.Timeout)
+		}
+		if r.MaxPayloadBytes != w.payload || r.Target.MaxPayloadBytes != w.payload {
+			t.Errorf("route %d: MaxPayloadBytes %d, Target.MaxPayloadBytes %d; want %d", i, r.MaxPayloadBytes, r.Target.MaxPayloadBytes, w.payload)
+		}
+		if r.HasSchema() || r.Schema != nil || r.CheckPayload([]byte(`"anything"`)) != nil {
+			t.Errorf("route %d has a schema", i)
+		}
+	}
+	if eb := table.Routes[1].Target; eb.Source != "outbox.{namespace}" || eb.DetailType != "{topic}" {
+		t.Errorf("eventbridge templates = %q, %q; want the defaults", eb.Source, eb.DetailType)
+	}
+}
+
+// The example of the brief and of doc.go, as JSON and as YAML.
+func TestParseJSONAndYAMLGiveEqualTables(t *testing.T) {
+	t.Parallel()
+	fromJSON := parseFile(t, "testdata/example.json")
+	fromYAML := parseFile(t, "testdata/example.yaml")
+	if a, b := describeTable(fromJSON), describeTable(fromYAML); a != b {
+		t.Fatalf("JSON and YAML tables differ:\nJSON: %s\nYAML: %s", a, b)
+	}
+
+	want := []*Route{
+		{Index: 0, Name: "billing-usage", Match: Match{"mini-chat", "usage_snapshot"},
+			Target: Target{Type: "http", URL: "https://billing.internal/usage", SigningSecretEnv: "BILLING_WEBHOOK_SECRET",
+				Headers: map[string]string{"X-Team": "billing"}, Timeout: 5 * time.Second, MaxPayloadBytes: 65536},
+			Retry: retry.Policy{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: 15 * time.Minute}, Timeout: 5 * time.Second,
+			MaxPayloadBytes: 65536, Schema: []byte(`{"required":["tenant_id"],"type":"object"}`)},
+		{Index: 1, Name: "routes[1]", Match: Match{"payments", "*"},
+			Target: Target{Type: "sns", TopicARN: "arn:aws:sns:eu-west-1:123456789012:payments.fifo", MessageGroupID: "payments",
+				Timeout: 10 * time.Second, MaxPayloadBytes: 262144},
+			Retry: retry.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 262144},
+		{Index: 2, Name: "routes[2]", Match: Match{"*", "*"},
+			Target: Target{Type: "eventbridge", EventBus: "default", Source: "outbox.{namespace}", DetailType: "{topic}",
+				Timeout: 10 * time.Second, MaxPayloadBytes: 262144},
+			Retry: retry.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 262144},
+		{Index: 3, Name: "routes[3]", Match: Match{"audit", "*"},
+			Target: Target{Type: "lambda", Function: "arn:aws:lambda:eu-west-1:123456789012:function:audit-sink",
+				Timeout: 10 * time.Second, MaxPayloadBytes: 1048576},
+			Retry: retry.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 1048576},
+	}
+	for _, table := range []*Table{fromJSON, fromYAML} {
+		if len(table.Routes) != len(want) {
+			t.Fatalf("%d routes, want %d", len(table.Routes), len(want))
+		}
+		for i, r := range table.Routes {
+			if r.HasSchema() != (want[i].Schema != nil) {
+				t.Errorf("route %d: HasSchema = %v", i, r.HasSchema())
+			}
+			got := *r
+			got.schema = nil
+			got.Target.key = ""
+			if !reflect.DeepEqual(&got, want[i]) {
+				t.Errorf("route %d =\n%+v\nwant\n%+v", i, got, *want[i])
+			}
+		}
+	}
+}
+
+func parseFile(t *testing.T, path string) *Table {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := Parse(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return table
+}
+
+// describeTable renders everything a table holds but the compiled schemas.
+func describeTable(table *Table) string {
+	var b strings.Builder
+	for _, r := range table.Routes {
+		fmt.Fprintf(&b, "%d %s %s %+v %+v %s %d %s %v key=%s\n", r.Index, r.Name, r.Match, r.Target, r.Retry,
+			r.Timeout, r.MaxPayloadBytes, r.Schema, r.HasSchema(), r.Target.Key())
+	}
+	return b.String()
+}
