@@ -1,0 +1,420 @@
+// Package dispatch is the bounded run one dispatch invocation performs:
+// claim a batch, route each message, publish each route's messages with
+// bounded concurrency, record every outcome in one completion call, and
+// repeat while batches come back full — until the queue is drained, the
+// batch budget is spent, or the invocation's deadline is near.
+//
+//	claim (1 round trip) ─► route ─► publish per target, concurrently ─► complete (1 round trip)
+//	      ▲                                                                      │
+//	      └──────────────── while the batch was full, time and budget remain ────┘
+//
+// Time is the scarce resource of a Lambda invocation. The engine stops
+// claiming when less than SafetyMargin remains before the deadline, gives the
+// publishers only until CompletionReserve before it, and completes with the
+// reserve, so that every message it claimed is completed exactly once — or,
+// if the process dies, left leased for the reaper. The lease always outlasts
+// the invocation (Config.Validate enforces it), so no other worker can take a
+// message while this one may still complete it.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/retry"
+	"github.com/outboxkit/dispatcher/shared/route"
+)
+
+// Why a run stopped, as reported in Summary.StoppedBy.
+const (
+	StoppedDrained    = "drained"
+	StoppedDeadline   = "deadline"
+	StoppedMaxBatches = "max_batches"
+)
+
+// Store is the part of *lease.Store the engine uses.
+type Store interface {
+	ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error)
+	CompleteBatch(ctx context.Context, workerID string, results []lease.Result) ([]lease.Completion, error)
+}
+
+var _ Store = (*lease.Store)(nil)
+
+// Router finds a message's route; *route.Table is one.
+type Router interface {
+	Match(namespace, topic string) *route.Route
+}
+
+// Engine runs dispatch batches. Build one per cold start and reuse it.
+type Engine struct {
+	cfg        Config
+	store      Store
+	routes     Router
+	publishers map[string]publish.Publisher
+	log        *slog.Logger
+}
+
+// New returns an engine. publishers maps each route target's Key() to its
+// publisher; a route whose target has none is a configuration error that
+// New reports, so that it fails the cold start rather than a message.
+func New(cfg Config, store Store, routes *route.Table, publishers map[string]publish.Publisher, log *slog.Logger) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	for _, r := range routes.Routes {
+		if publishers[r.Target.Key()] == nil {
+			return nil, fmt.Errorf("dispatch: no publisher for %s (target %s)", r.Name, r.Target.Key())
+		}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{cfg: cfg, store: store, routes: routes, publishers: publishers, log: log}, nil
+}
+
+// Request is one invocation's parameters: the event's overrides applied to
+// the configuration.
+type Request struct {
+	// WorkerID names this invocation in leases and attempts (required).
+	WorkerID string
+	// BatchSize, MaxBatches and Namespaces override the configuration when
+	// set.
+	BatchSize  int
+	MaxBatches int
+	Namespaces []string
+}
+
+// Summary is a run's answer (DESIGN.md §4).
+type Summary struct {
+	WorkerID   string `json:"worker_id"`
+	Batches    int    `json:"batches"`
+	Claimed    int    `json:"claimed"`
+	Delivered  int    `json:"delivered"`
+	Retried    int    `json:"retried"`
+	Dead       int    `json:"dead"`
+	LeaseLost  int    `json:"lease_lost"`
+	DurationMS int64  `json:"duration_ms"`
+	StoppedBy  string `json:"stopped_by"`
+	// Targets breaks the counts down by target type, for metrics.
+	Targets map[string]*TargetStats `json:"-"`
+}
+
+// TargetStats are one target type's figures in a run.
+type TargetStats struct {
+	Delivered int
+	Retried   int
+	Dead      int
+	// Latencies are the durations of the publish calls to this target type.
+	Latencies []time.Duration
+}
+
+func (s *Summary) target(kind string) *TargetStats {
+	if s.Targets == nil {
+		s.Targets = map[string]*TargetStats{}
+	}
+	t := s.Targets[kind]
+	if t == nil {
+		t = &TargetStats{}
+		s.Targets[kind] = t
+	}
+	return t
+}
+
+// Run performs one bounded run. It returns the summary of what was done
+// even when it returns an error (a database failure mid-run); messages whose
+// completion failed stay leased until the reaper requeues them.
+func (e *Engine) Run(ctx context.Context, req Request) (Summary, error) {
+	start := e.cfg.Clock()
+	sum := Summary{WorkerID: req.WorkerID}
+	defer func() { sum.DurationMS = e.cfg.Clock().Sub(start).Milliseconds() }()
+
+	batchSize, maxBatches, namespaces := e.cfg.BatchSize, e.cfg.MaxBatches, e.cfg.Namespaces
+	if req.BatchSize > 0 {
+		batchSize = req.BatchSize
+	}
+	if req.MaxBatches > 0 {
+		maxBatches = req.MaxBatches
+	}
+	if len(req.Namespaces) > 0 {
+		namespaces = req.Namespaces
+	}
+	if req.WorkerID == "" {
+		return sum, errors.New("dispatch: a worker id is required")
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		// The lease must outlast everything this invocation may still do.
+		if left := deadline.Sub(start); left+e.cfg.SafetyMargin > e.cfg.Lease {
+			return sum, fmt.Errorf("dispatch: the invocation has %s left but the lease is %s: raise OUTBOX_LEASE above the function timeout plus the %s safety margin",
+				left.Round(time.Millisecond), e.cfg.Lease, e.cfg.SafetyMargin)
+		}
+	}
+
+	for {
+		if sum.Batches >= maxBatches {
+			sum.StoppedBy = StoppedMaxBatches
+			return sum, nil
+		}
+		if deadline, ok := ctx.Deadline(); ok && deadline.Sub(e.cfg.Clock()) < e.cfg.SafetyMargin {
+			sum.StoppedBy = StoppedDeadline
+			return sum, nil
+		}
+		if err := ctx.Err(); err != nil {
+			sum.StoppedBy = StoppedDeadline
+			return sum, nil
+		}
+		msgs, err := e.store.ClaimBatch(ctx, lease.ClaimParams{
+			WorkerID: req.WorkerID, BatchSize: batchSize, Lease: e.cfg.Lease, Namespaces: namespaces,
+		})
+		if err != nil {
+			return sum, fmt.Errorf("dispatch: claim: %w", err)
+		}
+		if len(msgs) == 0 {
+			sum.StoppedBy = StoppedDrained
+			return sum, nil
+		}
+		sum.Batches++
+		sum.Claimed += len(msgs)
+		if err := e.runBatch(ctx, req.WorkerID, msgs, &sum); err != nil {
+			return sum, err
+		}
+		if len(msgs) < batchSize {
+			sum.StoppedBy = StoppedDrained
+			return sum, nil
+		}
+	}
+}
+
+// pending is one claimed message on its way through a batch.
+type pending struct {
+	msg    *lease.Message
+	route  *route.Route
+	result publish.Result
+	// latency is the duration of the publish call that carried it.
+	latency time.Duration
+}
+
+func (e *Engine) runBatch(ctx context.Context, workerID string, msgs []lease.Message, sum *Summary) error {
+	items := make([]pending, len(msgs))
+	groups := map[string][]int{} // target key → indexes into items, in claim order
+	var order []string
+	for i := range msgs {
+		it := &items[i]
+		it.msg = &msgs[i]
+		it.route = e.routes.Match(it.msg.Namespace, it.msg.Topic)
+		switch {
+		case it.route == nil:
+			it.result = publish.Fail(publish.CodeNoRoute, fmt.Errorf("no route matches namespace %q topic %q", it.msg.Namespace, it.msg.Topic))
+			continue
+		case len(it.msg.Payload) > it.route.MaxPayloadBytes:
+			it.result = publish.Fail(publish.CodePayloadTooLarge, fmt.Errorf("payload is %d bytes, over %s's max_payload_bytes of %d", len(it.msg.Payload), it.route.Name, it.route.MaxPayloadBytes))
+			continue
+		}
+		if err := it.route.CheckPayload(it.msg.Payload); err != nil {
+			it.result = publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("payload fails %s's schema: %w", it.route.Name, err))
+			continue
+		}
+		key := it.route.Target.Key()
+		if _, seen := groups[key]; !seen {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], i)
+	}
+
+	e.publishGroups(ctx, items, groups, order)
+	return e.complete(ctx, workerID, items, sum)
+}
+
+// publishGroups publishes each target's messages, several targets at once.
+// Publishers get the invocation's time minus the completion reserve.
+func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[string][]int, order []string) {
+	if len(order) == 0 {
+		return
+	}
+	publishCtx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		publishCtx, cancel = context.WithDeadline(ctx, deadline.Add(-e.cfg.CompletionReserve))
+		defer cancel()
+	}
+	sem := make(chan struct{}, e.cfg.TargetConcurrency)
+	var wg sync.WaitGroup
+	for _, key := range order {
+		idx := groups[key]
+		publisher := e.publishers[key]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			batch := make([]*lease.Message, len(idx))
+			for j, i := range idx {
+				batch[j] = items[i].msg
+			}
+			started := e.cfg.Clock()
+			results := publishSafely(publishCtx, publisher, batch)
+			took := e.cfg.Clock().Sub(started)
+			for j, i := range idx {
+				items[i].result = results[j]
+				items[i].latency = took
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// publishSafely holds a publisher to its contract: exactly one result per
+// message. A publisher that panics or miscounts gets every message retried
+// rather than one lost or misattributed.
+func publishSafely(ctx context.Context, p publish.Publisher, batch []*lease.Message) (results []publish.Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			results = publish.Fill(len(batch), publish.Retry(publish.CodeTarget5xx, fmt.Errorf("publisher panicked: %v", r), 0))
+		}
+	}()
+	results = p.Publish(ctx, batch)
+	if len(results) != len(batch) {
+		return publish.Fill(len(batch), publish.Retry(publish.CodeTarget5xx,
+			fmt.Errorf("publisher returned %d results for %d messages", len(results), len(batch)), 0))
+	}
+	for i, r := range results {
+		if r.Kind != publish.Delivered && r.Kind != publish.Retryable && r.Kind != publish.Terminal {
+			results[i] = publish.Retry(publish.CodeTarget5xx, fmt.Errorf("publisher returned no outcome"), 0)
+		}
+	}
+	return results
+}
+
+// complete turns publish results into outcomes and records them all in one
+// call.
+func (e *Engine) complete(ctx context.Context, workerID string, items []pending, sum *Summary) error {
+	now := e.cfg.Clock()
+	results := make([]lease.Result, len(items))
+	for i := range items {
+		results[i] = e.outcome(&items[i], now)
+	}
+
+	// The completion may use the reserve the publishers were denied, but not
+	// more: past the deadline the function is frozen or killed anyway.
+	completeCtx := context.WithoutCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		completeCtx, cancel = context.WithDeadline(completeCtx, deadline)
+		defer cancel()
+	}
+	completions, err := e.completeWithRetry(completeCtx, workerID, results)
+	if err != nil {
+		if errors.Is(err, lease.ErrDoubleDispatch) {
+			e.log.Error("double-delivery backstop fired: a message was already recorded as dispatched; the whole batch was rolled back",
+				"worker_id", workerID, "messages", len(results), "error", err.Error())
+		}
+		return fmt.Errorf("dispatch: complete %d messages: %w", len(results), err)
+	}
+
+	for i, c := range completions {
+		it := &items[i]
+		kind := "none"
+		if it.route != nil {
+			kind = it.route.Target.Type
+		}
+		ts := sum.target(kind)
+		if it.route != nil && it.result.Kind != 0 && it.latency > 0 {
+			ts.Latencies = append(ts.Latencies, it.latency)
+		}
+		switch {
+		case c.Status == lease.StatusLeaseLost:
+			sum.LeaseLost++
+			e.log.Warn("lease lost: the message was not ours to complete any more; another worker has it",
+				"message_id", it.msg.ID.String(), "attempt", it.msg.Attempt)
+		case c.Status == lease.StatusDead || results[i].Outcome == lease.Failed:
+			sum.Dead++
+			ts.Dead++
+			e.log.Error("message dead-lettered",
+				"message_id", it.msg.ID.String(), "namespace", it.msg.Namespace, "topic", it.msg.Topic,
+				"attempt", it.msg.Attempt, "code", results[i].ErrorCode, "error", results[i].ErrorMessage)
+		case results[i].Outcome == lease.Retryable:
+			sum.Retried++
+			ts.Retried++
+		default:
+			sum.Delivered++
+			ts.Delivered++
+		}
+	}
+	return nil
+}
+
+// completeWithRetry retries a completion whose connection failed before the
+// database answered. Repeating it is safe: rows the first attempt completed
+// come back lease_lost, never completed twice.
+func (e *Engine) completeWithRetry(ctx context.Context, workerID string, results []lease.Result) ([]lease.Completion, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var completions []lease.Completion
+		completions, err = e.store.CompleteBatch(ctx, workerID, results)
+		if err == nil {
+			return completions, nil
+		}
+		var classified *lease.Error
+		if errors.As(err, &classified) && classified.Kind != nil {
+			return nil, err // the database refused it: repeating cannot help
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		e.log.Warn("completion failed; retrying", "worker_id", workerID, "attempt", attempt+1, "error", err.Error())
+		select {
+		case <-time.After(time.Duration(attempt+1) * 100 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// outcome maps one publish result to the outcome the database records,
+// applying the route's retry policy.
+func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
+	m := it.msg
+	r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Latency: it.latency}
+	if it.route != nil {
+		r.Target = it.route.Name
+	}
+	res := it.result
+	switch res.Kind {
+	case publish.Delivered:
+		r.Outcome = lease.Dispatched
+		r.TargetRef = res.TargetRef
+		return r
+	case publish.Retryable:
+		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)
+		policy := retry.Default
+		if it.route != nil {
+			policy = it.route.Retry
+		}
+		at, err := policy.Next(now, m.Attempt, res.RetryAfter, e.cfg.Jitter)
+		if errors.Is(err, retry.ErrExhausted) {
+			r.Outcome = lease.Failed
+			r.ErrorMessage = fmt.Sprintf("retries exhausted after attempt %d of %d: %s", m.Attempt, policy.MaxAttempts, r.ErrorMessage)
+			return r
+		}
+		r.Outcome = lease.Retryable
+		r.RetryAt = at
+		return r
+	default:
+		r.Outcome = lease.Failed
+		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)
+		return r
+	}
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

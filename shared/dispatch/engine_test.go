@@ -1,0 +1,369 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/route"
+)
+
+// target is an in-process publisher: it records what it accepts and answers
+// what the test programs, standing in for a remote target.
+type target struct {
+	mu        sync.Mutex
+	delivered map[uuid.UUID]int
+	calls     int
+	delay     time.Duration
+	answer    func(m *lease.Message) publish.Result
+}
+
+func newTarget() *target { return &target{delivered: map[uuid.UUID]int{}} }
+
+func (t *target) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+	t.mu.Lock()
+	t.calls++
+	delay, answer := t.delay, t.answer
+	t.mu.Unlock()
+	out := make([]publish.Result, len(msgs))
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return publish.Fill(len(msgs), publish.Retry(publish.CodeCanceled, ctx.Err(), 0))
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, m := range msgs {
+		out[i] = publish.Ok("ref-" + m.ID.String()[:8])
+		if answer != nil {
+			out[i] = answer(m)
+		}
+		if out[i].Kind == publish.Delivered {
+			t.delivered[m.ID]++
+		}
+	}
+	return out
+}
+
+func (t *target) deliveredCount() (distinct, total int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.delivered {
+		distinct++
+		total += n
+	}
+	return
+}
+
+const routesJSON = `{"routes": [
+  {"match": {"namespace": "billing", "topic": "*"},
+   "target": {"type": "http", "url": "http://localhost:9/usage", "signing_secret_env": "SECRET"},
+   "retry": {"max_attempts": 3, "base_delay": "1s", "max_delay": "4s"},
+   "max_payload_bytes": 2048,
+   "schema": {"type": "object", "required": ["n"]}},
+  {"match": {"namespace": "payments", "topic": "*"},
+   "target": {"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:payments"}}
+]}`
+
+type fixture struct {
+	db      *pgtest.DB
+	store   *lease.Store
+	billing *target
+	payment *target
+	table   *route.Table
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	db := pgtest.NewWithConfig(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	table, err := route.Parse([]byte(routesJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{db: db, store: lease.NewStore(db.Pool), billing: newTarget(), payment: newTarget(), table: table}
+}
+
+func (f *fixture) engine(t *testing.T, cfg dispatch.Config) *dispatch.Engine {
+	t.Helper()
+	pubs := map[string]publish.Publisher{
+		f.table.Routes[0].Target.Key(): f.billing,
+		f.table.Routes[1].Target.Key(): f.payment,
+	}
+	e, err := dispatch.New(cfg, f.store, f.table, pubs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (f *fixture) enqueue(t *testing.T, n int, build func(i int) outbox.Message) {
+	t.Helper()
+	for start := 0; start < n; start += 1000 {
+		var batch []outbox.Message
+		for i := start; i < min(n, start+1000); i++ {
+			batch = append(batch, build(i))
+		}
+		if _, err := outbox.EnqueueBatch(context.Background(), f.db.Pool, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func billingMsg(i int) outbox.Message {
+	return outbox.Message{Namespace: "billing", Topic: "usage", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
+}
+
+func (f *fixture) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func TestRunDrainsAcrossTargets(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, 1500, func(i int) outbox.Message {
+		m := billingMsg(i)
+		if i%3 == 0 {
+			m.Namespace = "payments"
+		}
+		return m
+	})
+	sum, err := f.engine(t, dispatch.Config{BatchSize: 400}).Run(context.Background(), dispatch.Request{WorkerID: "w-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.StoppedBy != dispatch.StoppedDrained || sum.Claimed != 1500 || sum.Delivered != 1500 || sum.Batches != 4 || sum.Dead+sum.Retried+sum.LeaseLost != 0 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if d, total := f.billing.deliveredCount(); d != 1000 || total != 1000 {
+		t.Fatalf("billing target got %d distinct / %d deliveries, want 1000", d, total)
+	}
+	if d, _ := f.payment.deliveredCount(); d != 500 {
+		t.Fatalf("payments target got %d, want 500", d)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'DISPATCHED' AND target_ref LIKE 'ref-%' AND worker_id = 'w-1'`); n != 1500 {
+		t.Fatalf("%d DISPATCHED attempts with target refs", n)
+	}
+	if sum.Targets["http"].Delivered != 1000 || sum.Targets["sns"].Delivered != 500 || len(sum.Targets["sns"].Latencies) == 0 {
+		t.Fatalf("per-target figures %+v %+v", sum.Targets["http"], sum.Targets["sns"])
+	}
+}
+
+func TestRunStopsAtMaxBatches(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, 500, billingMsg)
+	e := f.engine(t, dispatch.Config{BatchSize: 100, MaxBatches: 10})
+	sum, err := e.Run(context.Background(), dispatch.Request{WorkerID: "w", BatchSize: 50, MaxBatches: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.StoppedBy != dispatch.StoppedMaxBatches || sum.Batches != 3 || sum.Delivered != 150 {
+		t.Fatalf("summary %+v, want 3 batches of 50 and stopped_by max_batches", sum)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.pending`); n != 350 {
+		t.Fatalf("%d left pending, want 350", n)
+	}
+}
+
+func TestTerminalOutcomesAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.billing.answer = func(m *lease.Message) publish.Result {
+		if strings.Contains(string(m.Payload), `"poison"`) {
+			return publish.Fail(publish.CodeTargetRejected, errors.New("HTTP 422: unknown tenant"))
+		}
+		return publish.Ok("ok")
+	}
+	f.enqueue(t, 5, func(i int) outbox.Message {
+		m := billingMsg(i)
+		switch i {
+		case 0:
+			m.Namespace = "unrouted" // no route
+		case 1:
+			m.Payload = json.RawMessage(`{"n":1,"pad":"` + strings.Repeat("x", 3000) + `"}`) // over the route's 2048
+		case 2:
+			m.Payload = json.RawMessage(`{"missing":"n"}`) // fails the schema
+		case 3:
+			m.Payload = json.RawMessage(`{"n":3,"poison":true}`) // refused by the target
+		}
+		return m
+	})
+	sum, err := f.engine(t, dispatch.Config{}).Run(context.Background(), dispatch.Request{WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Dead != 4 || sum.Delivered != 1 {
+		t.Fatalf("summary %+v, want 4 dead and 1 delivered", sum)
+	}
+	rows, err := f.db.Pool.Query(context.Background(), `SELECT last_error_code, last_error FROM outbox.dead ORDER BY sequence_id NULLS FIRST, created_at, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var code, msg string
+		rows.Scan(&code, &msg)
+		got[code] = msg
+	}
+	for code, want := range map[string]string{
+		"NO_ROUTE":          `no route matches namespace "unrouted"`,
+		"PAYLOAD_TOO_LARGE": "over routes[0]'s max_payload_bytes of 2048",
+		"INVALID_PAYLOAD":   "fails routes[0]'s schema",
+		"TARGET_REJECTED":   "unknown tenant",
+	} {
+		if !strings.Contains(got[code], want) {
+			t.Errorf("dead letter %s: %q, want it to mention %q", code, got[code], want)
+		}
+	}
+	if _, calls := f.billing.deliveredCount(); calls != 1 {
+		t.Errorf("the target accepted %d messages, want only the good one", calls)
+	}
+}
+
+func TestRetryableOutcomesFollowTheRoutePolicy(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.billing.answer = func(*lease.Message) publish.Result {
+		return publish.Retry(publish.CodeThrottled, errors.New("429 Too Many Requests"), 3*time.Second)
+	}
+	f.enqueue(t, 1, billingMsg)
+	noJitter := func(d time.Duration) time.Duration { return 0 }
+	e := f.engine(t, dispatch.Config{Jitter: noJitter})
+	for attempt := 1; attempt <= 3; attempt++ {
+		sum, err := e.Run(context.Background(), dispatch.Request{WorkerID: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attempt < 3 {
+			if sum.Retried != 1 {
+				t.Fatalf("attempt %d: %+v, want retried", attempt, sum)
+			}
+			var wait float64
+			f.db.Pool.QueryRow(context.Background(), `SELECT extract(epoch FROM next_attempt_at - now()) FROM outbox.pending`).Scan(&wait)
+			if wait < 2 || wait > 3.5 {
+				t.Fatalf("attempt %d rescheduled %.1fs ahead, want the target's Retry-After of 3s", attempt, wait)
+			}
+			f.db.Pool.Exec(context.Background(), `UPDATE outbox.pending SET next_attempt_at = now()`)
+			continue
+		}
+		if sum.Dead != 1 {
+			t.Fatalf("attempt 3 of 3: %+v, want dead", sum)
+		}
+	}
+	var msg string
+	f.db.Pool.QueryRow(context.Background(), `SELECT last_error FROM outbox.dead`).Scan(&msg)
+	if !strings.Contains(msg, "retries exhausted after attempt 3 of 3") || !strings.Contains(msg, "429") {
+		t.Fatalf("dead letter reason %q", msg)
+	}
+}
+
+type brokenPublisher struct{ panics bool }
+
+func (b brokenPublisher) Publish(_ context.Context, msgs []*lease.Message) []publish.Result {
+	if b.panics {
+		panic("boom")
+	}
+	return make([]publish.Result, len(msgs)-1)
+}
+
+func TestMisbehavingPublisherLosesNothing(t *testing.T) {
+	t.Parallel()
+	for _, p := range []brokenPublisher{{panics: true}, {panics: false}} {
+		f := setup(t)
+		f.enqueue(t, 3, billingMsg)
+		pubs := map[string]publish.Publisher{f.table.Routes[0].Target.Key(): p, f.table.Routes[1].Target.Key(): f.payment}
+		e, err := dispatch.New(dispatch.Config{}, f.store, f.table, pubs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := e.Run(context.Background(), dispatch.Request{WorkerID: "w"})
+		if err != nil || sum.Retried != 3 {
+			t.Fatalf("panics=%v: %+v %v, want all 3 retried", p.panics, sum, err)
+		}
+		if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE lease_token IS NULL`); n != 3 {
+			t.Fatalf("%d messages back in the queue, want 3", n)
+		}
+	}
+}
+
+func TestDeadlineStopsClaimingAndCompletesWhatItHolds(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.billing.delay = 400 * time.Millisecond
+	f.enqueue(t, 5000, billingMsg)
+	e := f.engine(t, dispatch.Config{BatchSize: 100, MaxBatches: 1000, SafetyMargin: 1500 * time.Millisecond, CompletionReserve: 500 * time.Millisecond, Lease: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	sum, err := e.Run(ctx, dispatch.Request{WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.StoppedBy != dispatch.StoppedDeadline {
+		t.Fatalf("stopped by %q, want deadline (%+v)", sum.StoppedBy, sum)
+	}
+	if time.Now().After(deadline) {
+		t.Fatalf("returned after the deadline")
+	}
+	if sum.Claimed == 0 || sum.Claimed != sum.Delivered+sum.Retried+sum.Dead+sum.LeaseLost {
+		t.Fatalf("claimed %d but accounted for %d", sum.Claimed, sum.Delivered+sum.Retried+sum.Dead+sum.LeaseLost)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d messages left leased after a clean deadline stop", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.attempts`); n != sum.Claimed {
+		t.Fatalf("%d attempts for %d claims: a message completed twice or not at all", n, sum.Claimed)
+	}
+	if d, total := f.billing.deliveredCount(); d != total || d != sum.Delivered {
+		t.Fatalf("target saw %d distinct / %d deliveries, summary says %d", d, total, sum.Delivered)
+	}
+}
+
+func TestLeaseMustOutlastTheInvocation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, err := dispatch.New(dispatch.Config{Lease: 30 * time.Second, FunctionTimeout: 60 * time.Second}, f.store, f.table,
+		map[string]publish.Publisher{f.table.Routes[0].Target.Key(): f.billing, f.table.Routes[1].Target.Key(): f.payment}, nil)
+	if err == nil || !strings.Contains(err.Error(), "OUTBOX_LEASE (30s) must be longer than the function timeout (1m0s)") {
+		t.Fatalf("New with a short lease: %v", err)
+	}
+	e := f.engine(t, dispatch.Config{Lease: 20 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f.enqueue(t, 1, billingMsg)
+	if _, err := e.Run(ctx, dispatch.Request{WorkerID: "w"}); err == nil || !strings.Contains(err.Error(), "raise OUTBOX_LEASE") {
+		t.Fatalf("Run with a deadline beyond the lease: %v", err)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatal("a run refused for its lease still claimed")
+	}
+}
+
+func TestMissingPublisherFailsTheColdStart(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, err := dispatch.New(dispatch.Config{}, f.store, f.table, map[string]publish.Publisher{f.table.Routes[0].Target.Key(): f.billing}, nil)
+	if err == nil || !strings.Contains(err.Error(), "no publisher for routes[1]") {
+		t.Fatalf("err = %v", err)
+	}
+}
