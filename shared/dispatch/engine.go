@@ -29,6 +29,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/retry"
 	"github.com/outboxkit/dispatcher/shared/route"
+	"github.com/outboxkit/dispatcher/shared/telemetry/redact"
 )
 
 // Why a run stopped, as reported in Summary.StoppedBy.
@@ -412,9 +413,12 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 	}
 }
 
+// errorText is what the attempts archive and the dead letters record: the
+// error with any connection string or credential masked, since operators
+// read it and it is kept for the retention window.
 func errorText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return err.Error()
+	return redact.Error(err)
 }
