@@ -66,7 +66,8 @@ type Message struct {
 	// Headers are delivered as message attributes or HTTP headers (optional).
 	Headers map[string]string
 	// TraceHeader is an X-Ray trace header (Root=1-...;Parent=...;Sampled=1)
-	// carried to the target (optional).
+	// carried to the target (optional; by default the producer's own, see
+	// Producer.TraceHeader).
 	TraceHeader string
 	// AvailableAt delays delivery until then (optional; zero means now).
 	AvailableAt time.Time
@@ -87,6 +88,27 @@ type Enqueued struct {
 // DefaultLimits.
 type Producer struct {
 	Limits Limits
+	// TraceHeader, when set, supplies the trace header of messages that
+	// carry none, e.g. tracing.Tracer.TraceHeader for a service traced with
+	// the X-Ray SDK. Without it the header of a Lambda invocation's context
+	// is used, when there is one.
+	TraceHeader func(ctx context.Context) string
+}
+
+// lambdaTraceHeaderKey is where aws-lambda-go puts the invocation's
+// X-Amzn-Trace-Id in the context: an untyped string key, by its contract.
+// Reading it needs no import of the Lambda or X-Ray libraries.
+const lambdaTraceHeaderKey = "x-amzn-trace-id"
+
+func (p Producer) traceHeader(ctx context.Context, m Message) string {
+	if m.TraceHeader != "" {
+		return m.TraceHeader
+	}
+	if p.TraceHeader != nil {
+		return p.TraceHeader(ctx)
+	}
+	h, _ := ctx.Value(lambdaTraceHeaderKey).(string)
+	return h
 }
 
 var defaultProducer Producer
@@ -107,6 +129,7 @@ FROM outbox.enqueue($1, $2, $3::jsonb, $4, $5, $6, $7::jsonb, $8, coalesce($9::t
 // Enqueue validates msg and writes it with one call to outbox.enqueue().
 // Run it in the transaction that makes the business change.
 func (p Producer) Enqueue(ctx context.Context, db Querier, msg Message) (Enqueued, error) {
+	msg.TraceHeader = p.traceHeader(ctx, msg)
 	if err := p.limits().validate(msg, -1); err != nil {
 		return Enqueued{}, err
 	}
@@ -159,6 +182,7 @@ func (p Producer) EnqueueBatch(ctx context.Context, db Querier, msgs []Message) 
 		availableAt  = optionalColumn[time.Time]{values: make([]*time.Time, n)}
 	)
 	for i, msg := range msgs {
+		msg.TraceHeader = p.traceHeader(ctx, msg)
 		if err := limits.validate(msg, i); err != nil {
 			return nil, err
 		}

@@ -222,3 +222,27 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	}
 	return n
 }
+
+func TestTraceHeaderFromTheProducersContext(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+	// What aws-lambda-go puts in an invocation's context.
+	ctx := context.WithValue(context.Background(), "x-amzn-trace-id", header) //nolint:staticcheck // the runtime's own key
+	res, err := outbox.Enqueue(ctx, db.Pool, msg("traced"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit := msg("explicit")
+	explicit.TraceHeader = "Root=1-00000000-000000000000000000000001;Sampled=0"
+	res2, _ := outbox.Enqueue(ctx, db.Pool, explicit)
+	hooked, _ := outbox.Producer{TraceHeader: func(context.Context) string { return "Root=1-hook" }}.
+		EnqueueBatch(context.Background(), db.Pool, []outbox.Message{msg("hooked")})
+	for id, want := range map[any]string{res.ID: header, res2.ID: explicit.TraceHeader, hooked[0].ID: "Root=1-hook"} {
+		var got string
+		db.Pool.QueryRow(context.Background(), `SELECT trace_header FROM outbox.pending WHERE id = $1`, id).Scan(&got)
+		if got != want {
+			t.Errorf("message %v stored trace header %q, want %q", id, got, want)
+		}
+	}
+}
