@@ -79,8 +79,10 @@ func (c Config) withDefaults() Config {
 }
 
 // Validate reports every setting out of range, naming its environment
-// variable, so that a bad deployment fails its cold start.
+// variable, so that a bad deployment fails its cold start. Zero fields are
+// checked with their defaults.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	var errs []error
 	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
 		errs = append(errs, fmt.Errorf("OUTBOX_BATCH_SIZE must be between 1 and %d, got %d", MaxBatchSize, c.BatchSize))

@@ -30,6 +30,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/retry"
 	"github.com/outboxkit/dispatcher/shared/route"
 	"github.com/outboxkit/dispatcher/shared/telemetry/redact"
+	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
 )
 
 // Why a run stopped, as reported in Summary.StoppedBy.
@@ -59,7 +60,12 @@ type Engine struct {
 	routes     Router
 	publishers map[string]publish.Publisher
 	log        *slog.Logger
+	tracer     *tracing.Tracer
 }
+
+// SetTracer records a span around each claim, publish and completion
+// (nil: none).
+func (e *Engine) SetTracer(t *tracing.Tracer) { e.tracer = t }
 
 // New returns an engine. publishers maps each route target's Key() to its
 // publisher; a route whose target has none is a configuration error that
@@ -90,6 +96,9 @@ type Request struct {
 	BatchSize  int
 	MaxBatches int
 	Namespaces []string
+	// Log, when set, is the invocation's logger (with its request id);
+	// otherwise the engine's own.
+	Log *slog.Logger
 }
 
 // Summary is a run's answer (DESIGN.md §4).
@@ -149,6 +158,10 @@ func (e *Engine) Run(ctx context.Context, req Request) (Summary, error) {
 	if req.WorkerID == "" {
 		return sum, errors.New("dispatch: a worker id is required")
 	}
+	log := req.Log
+	if log == nil {
+		log = e.log
+	}
 	if deadline, ok := ctx.Deadline(); ok {
 		// The lease must outlast everything this invocation may still do.
 		if left := deadline.Sub(start); left+e.cfg.SafetyMargin > e.cfg.Lease {
@@ -170,9 +183,12 @@ func (e *Engine) Run(ctx context.Context, req Request) (Summary, error) {
 			sum.StoppedBy = StoppedDeadline
 			return sum, nil
 		}
-		msgs, err := e.store.ClaimBatch(ctx, lease.ClaimParams{
+		claimCtx, span := e.tracer.Start(ctx, "claim")
+		msgs, err := e.store.ClaimBatch(claimCtx, lease.ClaimParams{
 			WorkerID: req.WorkerID, BatchSize: batchSize, Lease: e.cfg.Lease, Namespaces: namespaces,
 		})
+		span.SetAttribute("claimed", len(msgs))
+		span.End(err)
 		if err != nil {
 			return sum, fmt.Errorf("dispatch: claim: %w", err)
 		}
@@ -182,7 +198,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (Summary, error) {
 		}
 		sum.Batches++
 		sum.Claimed += len(msgs)
-		if err := e.runBatch(ctx, req.WorkerID, msgs, &sum); err != nil {
+		if err := e.runBatch(ctx, log, req.WorkerID, msgs, &sum); err != nil {
 			return sum, err
 		}
 		if len(msgs) < batchSize {
@@ -201,7 +217,7 @@ type pending struct {
 	latency time.Duration
 }
 
-func (e *Engine) runBatch(ctx context.Context, workerID string, msgs []lease.Message, sum *Summary) error {
+func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, workerID string, msgs []lease.Message, sum *Summary) error {
 	items := make([]pending, len(msgs))
 	groups := map[string][]int{} // target key → indexes into items, in claim order
 	var order []string
@@ -229,7 +245,7 @@ func (e *Engine) runBatch(ctx context.Context, workerID string, msgs []lease.Mes
 	}
 
 	e.publishGroups(ctx, items, groups, order)
-	return e.complete(ctx, workerID, items, sum)
+	return e.complete(ctx, log, workerID, items, sum)
 }
 
 // publishGroups publishes each target's messages, several targets at once.
@@ -257,9 +273,14 @@ func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[
 			for j, i := range idx {
 				batch[j] = items[i].msg
 			}
+			spanCtx, span := e.tracer.Start(publishCtx, "publish")
+			span.SetAttribute("target_type", items[idx[0]].route.Target.Type)
+			span.SetAttribute("route", items[idx[0]].route.Name)
+			span.SetAttribute("messages", len(batch))
 			started := e.cfg.Clock()
-			results := publishSafely(publishCtx, publisher, batch)
+			results := publishSafely(spanCtx, publisher, batch)
 			took := e.cfg.Clock().Sub(started)
+			span.End(nil)
 			for j, i := range idx {
 				items[i].result = results[j]
 				items[i].latency = took
@@ -293,7 +314,7 @@ func publishSafely(ctx context.Context, p publish.Publisher, batch []*lease.Mess
 
 // complete turns publish results into outcomes and records them all in one
 // call.
-func (e *Engine) complete(ctx context.Context, workerID string, items []pending, sum *Summary) error {
+func (e *Engine) complete(ctx context.Context, log *slog.Logger, workerID string, items []pending, sum *Summary) error {
 	now := e.cfg.Clock()
 	results := make([]lease.Result, len(items))
 	for i := range items {
@@ -308,10 +329,13 @@ func (e *Engine) complete(ctx context.Context, workerID string, items []pending,
 		completeCtx, cancel = context.WithDeadline(completeCtx, deadline)
 		defer cancel()
 	}
-	completions, err := e.completeWithRetry(completeCtx, workerID, results)
+	completeCtx, span := e.tracer.Start(completeCtx, "complete")
+	span.SetAttribute("messages", len(results))
+	completions, err := e.completeWithRetry(completeCtx, log, workerID, results)
+	span.End(err)
 	if err != nil {
 		if errors.Is(err, lease.ErrDoubleDispatch) {
-			e.log.Error("double-delivery backstop fired: a message was already recorded as dispatched; the whole batch was rolled back",
+			log.Error("double-delivery backstop fired: a message was already recorded as dispatched; the whole batch was rolled back",
 				"worker_id", workerID, "messages", len(results), "error", err.Error())
 		}
 		return fmt.Errorf("dispatch: complete %d messages: %w", len(results), err)
@@ -330,12 +354,12 @@ func (e *Engine) complete(ctx context.Context, workerID string, items []pending,
 		switch {
 		case c.Status == lease.StatusLeaseLost:
 			sum.LeaseLost++
-			e.log.Warn("lease lost: the message was not ours to complete any more; another worker has it",
+			log.Warn("lease lost: the message was not ours to complete any more; another worker has it",
 				"message_id", it.msg.ID.String(), "attempt", it.msg.Attempt)
 		case c.Status == lease.StatusDead || results[i].Outcome == lease.Failed:
 			sum.Dead++
 			ts.Dead++
-			e.log.Error("message dead-lettered",
+			log.Error("message dead-lettered",
 				"message_id", it.msg.ID.String(), "namespace", it.msg.Namespace, "topic", it.msg.Topic,
 				"attempt", it.msg.Attempt, "code", results[i].ErrorCode, "error", results[i].ErrorMessage)
 		case results[i].Outcome == lease.Retryable:
@@ -352,7 +376,7 @@ func (e *Engine) complete(ctx context.Context, workerID string, items []pending,
 // completeWithRetry retries a completion whose connection failed before the
 // database answered. Repeating it is safe: rows the first attempt completed
 // come back lease_lost, never completed twice.
-func (e *Engine) completeWithRetry(ctx context.Context, workerID string, results []lease.Result) ([]lease.Completion, error) {
+func (e *Engine) completeWithRetry(ctx context.Context, log *slog.Logger, workerID string, results []lease.Result) ([]lease.Completion, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var completions []lease.Completion
@@ -367,7 +391,7 @@ func (e *Engine) completeWithRetry(ctx context.Context, workerID string, results
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		e.log.Warn("completion failed; retrying", "worker_id", workerID, "attempt", attempt+1, "error", err.Error())
+		log.Warn("completion failed; retrying", "worker_id", workerID, "attempt", attempt+1, "error", err.Error())
 		select {
 		case <-time.After(time.Duration(attempt+1) * 100 * time.Millisecond):
 		case <-ctx.Done():

@@ -1,0 +1,24 @@
+// Command dlq-replay is the on-demand dead-letter replay function: a dry run
+// (the default) lists the dead letters a filter selects; a real one moves
+// them back to the queue, audited with an operator and a reason.
+//
+// Wiring only: the configuration is read and validated, the pool and clients
+// built once per cold start, then the runtime takes over.
+package main
+
+import (
+	"context"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/outboxkit/dispatcher/shared/handler"
+)
+
+func main() {
+	h, closeFn, err := handler.NewReplay(context.Background(), handler.OSEnv())
+	if err != nil {
+		handler.FailInit("dlq-replay", err)
+	}
+	defer closeFn()
+	lambda.Start(h.Handle)
+}

@@ -1,0 +1,34 @@
+// Package handler holds what the Lambda functions share — the per-process
+// Runtime (logs, cold start, tracing, metrics), strict event decoding, the
+// cold-start wiring from the environment — and the reaper, dead-letter
+// replay and metrics handlers. Each handler takes the raw invocation event,
+// validates it (a malformed event gets an *EventError and changes nothing),
+// does one bounded piece of work and answers a JSON summary (DESIGN.md §4).
+// The dispatch handler lives in dispatchfn, so that the other functions do
+// not link the publishers and their SDK clients.
+//
+// The functions' main packages only wire these up; the operator CLI runs the
+// same handlers in-process.
+package handler
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+)
+
+// WorkerID names one invocation: the prefix and the Lambda request id, or a
+// random suffix outside Lambda.
+func WorkerID(ctx context.Context, prefix string) string {
+	if prefix == "" {
+		prefix = "worker"
+	}
+	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
+		return prefix + ":" + lc.AwsRequestID
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + ":" + hex.EncodeToString(b[:])
+}

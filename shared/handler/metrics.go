@@ -1,0 +1,144 @@
+package handler
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
+)
+
+// OtherTopics names the aggregate of every namespace/topic beyond the top
+// N, in the snapshot and as the dimension values of its metrics.
+const OtherTopics = "(other)"
+
+// Snapshot is the metrics function's answer: the queue's state overall, for
+// the busiest namespace/topic pairs, and for the rest together.
+type Snapshot struct {
+	GeneratedAt time.Time `json:"generated_at"`
+	Totals      Totals    `json:"totals"`
+	// Topics are the top N pairs by depth (pending plus dead).
+	Topics []lease.TopicStats `json:"topics"`
+	// Other aggregates the pairs beyond the top N (absent when none).
+	Other *lease.TopicStats `json:"other,omitempty"`
+	// TopicCount is the number of namespace/topic pairs with messages.
+	TopicCount int `json:"topic_count"`
+}
+
+// Totals is the whole queue.
+type Totals struct {
+	Pending                 int64   `json:"pending"`
+	Due                     int64   `json:"due"`
+	Leased                  int64   `json:"leased"`
+	ExpiredLeases           int64   `json:"expired_leases"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	Dead                    int64   `json:"dead"`
+}
+
+// BuildSnapshot ranks the per-topic statistics and keeps the top n, so that
+// the metrics' cardinality stays bounded however many topics there are.
+func BuildSnapshot(stats []lease.TopicStats, n int, now time.Time) Snapshot {
+	snap := Snapshot{GeneratedAt: now.UTC(), TopicCount: len(stats), Topics: []lease.TopicStats{}}
+	ranked := slices.Clone(stats)
+	slices.SortFunc(ranked, func(a, b lease.TopicStats) int {
+		return cmp.Or(
+			cmp.Compare(b.Pending+b.Dead, a.Pending+a.Dead),
+			cmp.Compare(b.OldestPendingAgeSeconds, a.OldestPendingAgeSeconds),
+			cmp.Compare(a.Namespace, b.Namespace),
+			cmp.Compare(a.Topic, b.Topic))
+	})
+	for i, s := range ranked {
+		snap.Totals.add(s)
+		if i < n {
+			snap.Topics = append(snap.Topics, s)
+			continue
+		}
+		if snap.Other == nil {
+			snap.Other = &lease.TopicStats{Namespace: OtherTopics, Topic: OtherTopics}
+		}
+		addStats(snap.Other, s)
+	}
+	return snap
+}
+
+func (t *Totals) add(s lease.TopicStats) {
+	t.Pending += s.Pending
+	t.Due += s.Due
+	t.Leased += s.Leased
+	t.ExpiredLeases += s.ExpiredLeases
+	t.Dead += s.Dead
+	t.OldestPendingAgeSeconds = max(t.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
+}
+
+func addStats(into *lease.TopicStats, s lease.TopicStats) {
+	into.Pending += s.Pending
+	into.Due += s.Due
+	into.Leased += s.Leased
+	into.ExpiredLeases += s.ExpiredLeases
+	into.Dead += s.Dead
+	into.OldestPendingAgeSeconds = max(into.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
+}
+
+// Metrics is the metrics exporter's handler.
+type Metrics struct {
+	Store *lease.Store
+	// TopN bounds the namespace/topic pairs reported one by one.
+	TopN int
+	RT   *Runtime
+	// Now is injectable for tests.
+	Now func() time.Time
+}
+
+// Handle reads outbox.stats(), writes the queue metrics as Embedded Metric
+// Format documents and answers the snapshot.
+func (h *Metrics) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, error) {
+	log, cold := h.RT.Begin(ctx)
+	var ev struct{}
+	if err := DecodeEvent("metrics", raw, &ev); err != nil {
+		log.Error("malformed event", "error", err.Error())
+		return Snapshot{}, err
+	}
+	stats, err := h.Store.Stats(ctx)
+	if err != nil {
+		log.Error("reading outbox.stats() failed", "error", err.Error())
+		return Snapshot{}, fmt.Errorf("metrics: %w", err)
+	}
+	now := time.Now
+	if h.Now != nil {
+		now = h.Now
+	}
+	snap := BuildSnapshot(stats, h.TopN, now())
+
+	m := h.RT.Metrics(ctx, cold)
+	// The whole queue, without dimensions beyond FunctionName: what the
+	// alarms watch.
+	t := snap.Totals
+	Put(m, "PendingDepth", float64(t.Pending), emf.Count)
+	Put(m, "DuePendingDepth", float64(t.Due), emf.Count)
+	Put(m, "LeasedDepth", float64(t.Leased), emf.Count)
+	Put(m, "ExpiredLeases", float64(t.ExpiredLeases), emf.Count)
+	Put(m, "OldestPendingAgeSeconds", t.OldestPendingAgeSeconds, emf.Seconds)
+	Put(m, "DeadLetterDepth", float64(t.Dead), emf.Count)
+	Put(m, "TopicCount", float64(snap.TopicCount), emf.Count)
+	rows := snap.Topics
+	if snap.Other != nil {
+		rows = append(slices.Clone(rows), *snap.Other)
+	}
+	for _, s := range rows {
+		dims := []emf.Dimension{{Name: "Namespace", Value: s.Namespace}, {Name: "Topic", Value: s.Topic}}
+		PutWith(m, dims, "PendingDepth", float64(s.Pending), emf.Count)
+		PutWith(m, dims, "DuePendingDepth", float64(s.Due), emf.Count)
+		PutWith(m, dims, "ExpiredLeases", float64(s.ExpiredLeases), emf.Count)
+		PutWith(m, dims, "OldestPendingAgeSeconds", s.OldestPendingAgeSeconds, emf.Seconds)
+		PutWith(m, dims, "DeadLetterDepth", float64(s.Dead), emf.Count)
+	}
+	h.RT.Flush(m, log)
+	log.Info("queue snapshot", "pending", t.Pending, "due", t.Due, "leased", t.Leased,
+		"expired_leases", t.ExpiredLeases, "oldest_pending_age_seconds", t.OldestPendingAgeSeconds,
+		"dead", t.Dead, "topics", snap.TopicCount)
+	return snap, nil
+}

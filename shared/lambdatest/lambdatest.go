@@ -1,0 +1,383 @@
+// Package lambdatest runs the real compiled bootstrap binaries of the
+// functions under a test server that implements the AWS Lambda Runtime API
+// (https://docs.aws.amazon.com/lambda/latest/dg/runtimes-api.html): the
+// binary polls /2018-06-01/runtime/invocation/next, receives an event with
+// the Lambda-Runtime-Aws-Request-Id and Lambda-Runtime-Deadline-Ms headers,
+// and posts to /response or /error; an initialisation failure posts to
+// /runtime/init/error. Tests invoke functions exactly as Lambda would.
+package lambdatest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildMu sync.Mutex
+	built   = map[string]string{}
+)
+
+// Build compiles ./functions/<name> of the module containing the working
+// directory into a bootstrap binary, once per test binary, with the flags
+// the deployment uses (CGO off, lambda.norpc, trimpath, stripped), for the
+// host's architecture. It returns the binary's path.
+func Build(t testing.TB, name string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if path, ok := built[name]; ok {
+		return path
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("lambdatest: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "lambdatest-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "bootstrap")
+	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", out, "./functions/"+name)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lambdatest: build functions/%s: %v\n%s", name, err, msg)
+	}
+	built[name] = out
+	return out
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Response is a function's answer to one invocation.
+type Response struct {
+	// Body is the JSON answer, or the error document {"errorMessage","errorType"}.
+	Body []byte
+	// Err is set when the function reported an error.
+	Err *FunctionError
+}
+
+// FunctionError is what the runtime posted to /error or /init/error.
+type FunctionError struct {
+	Type    string `json:"errorType"`
+	Message string `json:"errorMessage"`
+	// Init is true for an initialisation (cold start) failure.
+	Init bool `json:"-"`
+}
+
+func (e *FunctionError) Error() string { return e.Type + ": " + e.Message }
+
+type invocation struct {
+	id       string
+	payload  []byte
+	deadline time.Time
+	done     chan Response
+}
+
+// Function is one running bootstrap process and the Runtime API serving it.
+type Function struct {
+	t        testing.TB
+	name     string
+	cmd      *exec.Cmd
+	server   *http.Server
+	addr     string
+	queue    chan *invocation
+	mu       sync.Mutex
+	inflight map[string]*invocation
+	initErr  chan *FunctionError
+	exited   chan error
+	stdout   *syncBuffer
+	stderr   *syncBuffer
+	started  time.Time
+	// firstPoll is closed at the binary's first /next request.
+	firstPoll chan struct{}
+	pollOnce  sync.Once
+	coldStart time.Duration
+	seq       int
+}
+
+// Start runs the binary with env (KEY=VALUE) on top of a minimal Lambda
+// environment, and stops it when the test ends.
+func Start(t testing.TB, binary, name string, env ...string) *Function {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Function{
+		t: t, name: name, addr: l.Addr().String(), queue: make(chan *invocation),
+		inflight: map[string]*invocation{}, initErr: make(chan *FunctionError, 1),
+		exited: make(chan error, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{},
+		firstPoll: make(chan struct{}),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /2018-06-01/runtime/invocation/next", f.next)
+	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/response", f.respond)
+	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/error", f.fail)
+	mux.HandleFunc("POST /2018-06-01/runtime/init/error", f.failInit)
+	f.server = &http.Server{Handler: mux}
+	go f.server.Serve(l)
+
+	f.cmd = exec.Command(binary)
+	f.cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"AWS_LAMBDA_RUNTIME_API=" + f.addr,
+		"AWS_LAMBDA_FUNCTION_NAME=" + name,
+		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256",
+		"AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/" + name,
+		"AWS_LAMBDA_LOG_STREAM_NAME=test-stream",
+		"AWS_REGION=us-east-1",
+		"AWS_DEFAULT_REGION=us-east-1",
+		"AWS_ACCESS_KEY_ID=testing",
+		"AWS_SECRET_ACCESS_KEY=testing",
+		"_HANDLER=bootstrap",
+	}, env...)
+	f.cmd.Stdout, f.cmd.Stderr = f.stdout, f.stderr
+	f.started = time.Now()
+	if err := f.cmd.Start(); err != nil {
+		t.Fatalf("lambdatest: start %s: %v", binary, err)
+	}
+	go func() { f.exited <- f.cmd.Wait() }()
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// Stop kills the process and the server.
+func (f *Function) Stop() {
+	if f.cmd.ProcessState == nil && f.cmd.Process != nil {
+		f.cmd.Process.Kill()
+		select {
+		case <-f.exited:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	f.server.Close()
+}
+
+// Kill sends SIGKILL, as a crashed or timed-out sandbox would see.
+func (f *Function) Kill() {
+	f.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-f.exited:
+	case <-time.After(5 * time.Second):
+		f.t.Errorf("lambdatest: %s did not die after SIGKILL", f.name)
+	}
+}
+
+// Stdout is everything the function printed (its JSON logs and EMF documents).
+func (f *Function) Stdout() string { return f.stdout.String() }
+
+// Stderr is everything the function printed on stderr.
+func (f *Function) Stderr() string { return f.stderr.String() }
+
+// ColdStart waits for the binary's first poll of /next and returns how long
+// it took from process start: the cold start of the runtime, before any
+// invocation.
+func (f *Function) ColdStart(timeout time.Duration) (time.Duration, error) {
+	select {
+	case <-f.firstPoll:
+		return f.coldStart, nil
+	case e := <-f.initErr:
+		f.initErr <- e
+		return 0, e
+	case err := <-f.exited:
+		f.exited <- err
+		return 0, fmt.Errorf("%s exited before polling: %v\n%s", f.name, err, f.Stderr())
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("%s did not poll within %s", f.name, timeout)
+	}
+}
+
+// Invoke sends one event with the given time budget and waits for the answer.
+func (f *Function) Invoke(ctx context.Context, payload []byte, budget time.Duration) (Response, error) {
+	f.mu.Lock()
+	f.seq++
+	inv := &invocation{
+		id:       fmt.Sprintf("req-%s-%04d-%d", f.name, f.seq, time.Now().UnixNano()%1_000_000),
+		payload:  payload,
+		deadline: time.Now().Add(budget),
+		done:     make(chan Response, 1),
+	}
+	f.mu.Unlock()
+	select {
+	case f.queue <- inv:
+	case e := <-f.initErr:
+		f.initErr <- e
+		return Response{Err: e}, nil
+	case err := <-f.exited:
+		f.exited <- err
+		return Response{}, fmt.Errorf("%s exited: %v\nstderr: %s\nstdout: %s", f.name, err, f.Stderr(), f.Stdout())
+	case <-ctx.Done():
+		return Response{}, ctx.Err()
+	}
+	select {
+	case r := <-inv.done:
+		return r, nil
+	case err := <-f.exited:
+		f.exited <- err
+		return Response{}, fmt.Errorf("%s exited during the invocation: %v", f.name, err)
+	case <-ctx.Done():
+		return Response{}, ctx.Err()
+	}
+}
+
+// InvokeJSON invokes and decodes a successful answer into out; a function
+// error is returned as *FunctionError.
+func (f *Function) InvokeJSON(ctx context.Context, event any, budget time.Duration, out any) error {
+	var payload []byte
+	switch e := event.(type) {
+	case []byte:
+		payload = e
+	case string:
+		payload = []byte(e)
+	default:
+		var err error
+		if payload, err = json.Marshal(event); err != nil {
+			return err
+		}
+	}
+	r, err := f.Invoke(ctx, payload, budget)
+	if err != nil {
+		return err
+	}
+	if r.Err != nil {
+		return r.Err
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Body, out); err != nil {
+			return fmt.Errorf("decode %s's answer %q: %w", f.name, r.Body, err)
+		}
+	}
+	return nil
+}
+
+// Exited reports whether the process has exited, with its error.
+func (f *Function) Exited() (bool, error) {
+	select {
+	case err := <-f.exited:
+		f.exited <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+func (f *Function) next(w http.ResponseWriter, r *http.Request) {
+	f.pollOnce.Do(func() {
+		f.coldStart = time.Since(f.started)
+		close(f.firstPoll)
+	})
+	select {
+	case inv := <-f.queue:
+		f.mu.Lock()
+		f.inflight[inv.id] = inv
+		f.mu.Unlock()
+		h := w.Header()
+		h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
+		h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(inv.deadline.UnixMilli(), 10))
+		h.Set("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:us-east-1:123456789012:function:"+f.name)
+		h.Set("Lambda-Runtime-Trace-Id", "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0")
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write(inv.payload)
+	case <-r.Context().Done():
+	}
+}
+
+func (f *Function) take(id string) *invocation {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inv := f.inflight[id]
+	delete(f.inflight, id)
+	return inv
+}
+
+func (f *Function) respond(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	inv := f.take(r.PathValue("id"))
+	if inv == nil {
+		http.Error(w, `{"errorMessage":"unknown request id"}`, http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+	inv.done <- Response{Body: body}
+}
+
+func (f *Function) fail(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	inv := f.take(r.PathValue("id"))
+	if inv == nil {
+		http.Error(w, `{"errorMessage":"unknown request id"}`, http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+	inv.done <- Response{Body: body, Err: decodeError(body, r.Header.Get("Lambda-Runtime-Function-Error-Type"), false)}
+}
+
+func (f *Function) failInit(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	w.WriteHeader(http.StatusAccepted)
+	select {
+	case f.initErr <- decodeError(body, r.Header.Get("Lambda-Runtime-Function-Error-Type"), true):
+	default:
+	}
+}
+
+func decodeError(body []byte, headerType string, init bool) *FunctionError {
+	e := &FunctionError{Init: init}
+	if err := json.Unmarshal(body, e); err != nil {
+		e.Message = strings.TrimSpace(string(body))
+	}
+	if e.Type == "" {
+		e.Type = headerType
+	}
+	return e
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writer and the test's reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
