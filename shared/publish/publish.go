@@ -49,7 +49,7 @@ const (
 	CodePayloadTooLarge Code = "PAYLOAD_TOO_LARGE" // over the target's size cap; never sent
 	CodeInvalidPayload  Code = "INVALID_PAYLOAD"   // fails the route's schema or the target's rules; never sent
 	CodeNoRoute         Code = "NO_ROUTE"          // no route matches the namespace and topic
-	CodeFunctionError   Code = "FUNCTION_ERROR"    // a plugin function reported a terminal error
+	CodeFunctionError   Code = "FUNCTION_ERROR"    // a plugin function failed (retryable unless it marked the failure terminal)
 )
 
 // Kind is a Result's outcome.

@@ -1,0 +1,92 @@
+package lambdainvoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/outboxkit/dispatcher/shared/publish"
+)
+
+// sdkError wraps err as the SDK does for an answer with status and header.
+func sdkError(status int, header http.Header, err error) error {
+	return &smithy.OperationError{ServiceID: "Lambda", OperationName: "Invoke", Err: &awshttp.ResponseError{
+		ResponseError: &smithyhttp.ResponseError{
+			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status, Header: header}},
+			Err:      err,
+		},
+		RequestID: "req-1",
+	}}
+}
+
+// TestClassify drives the one classification function with the errors and
+// answers the SDK produces, including those a wire fake cannot: a bare
+// API error without a response, a context that ended, an answer the SDK
+// could not read.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	p := &Publisher{function: "f", timeout: 5 * time.Second}
+	alive := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	str := func(s string) *string { return &s }
+	cases := []struct {
+		name   string
+		parent context.Context
+		out    *lambda.InvokeOutput
+		err    error
+		kind   publish.Kind
+		code   publish.Code
+		wait   time.Duration
+	}{
+		{"throttled with Retry-After", alive, nil,
+			sdkError(429, http.Header{"Retry-After": {"5"}}, &types.TooManyRequestsException{Message: str("Rate Exceeded.")}),
+			publish.Retryable, publish.CodeThrottled, 5 * time.Second},
+		{"typed not found", alive, nil, sdkError(404, nil, &types.ResourceNotFoundException{}),
+			publish.Terminal, publish.CodeTargetNotFound, 0},
+		{"bare KMS error, no response", alive, nil, &smithy.GenericAPIError{Code: "KMSNotFoundException"},
+			publish.Terminal, publish.CodeAccessDenied, 0},
+		{"bare unknown error code, no response", alive, nil, &smithy.GenericAPIError{Code: "Mystery"},
+			publish.Retryable, publish.CodeTarget5xx, 0},
+		{"an API error beats an ended context", ended, nil, sdkError(404, nil, &types.ResourceNotFoundException{}),
+			publish.Terminal, publish.CodeTargetNotFound, 0},
+		{"call timeout", alive, nil, fmt.Errorf("operation error Lambda: Invoke: %w", context.DeadlineExceeded),
+			publish.Retryable, publish.CodeTimeout, 0},
+		{"caller ended", ended, nil, fmt.Errorf("operation error Lambda: Invoke: %w", context.Canceled),
+			publish.Retryable, publish.CodeCanceled, 0},
+		{"unreadable 502", alive, nil, sdkError(502, nil, &smithy.DeserializationError{Err: errors.New("bad json")}),
+			publish.Retryable, publish.CodeTarget5xx, 0},
+		{"unreadable 400", alive, nil, sdkError(400, nil, &smithy.DeserializationError{Err: errors.New("bad json")}),
+			publish.Terminal, publish.CodeTargetRejected, 0},
+		{"send failed", alive, nil, sdkError(0, nil, &smithyhttp.RequestSendError{Err: errors.New("connection reset")}),
+			publish.Retryable, publish.CodeNetwork, 0},
+		{"plain error", alive, nil, errors.New("dial tcp: no route to host"),
+			publish.Retryable, publish.CodeNetwork, 0},
+		{"no output, no error", alive, nil, nil, publish.Retryable, publish.CodeTarget5xx, 0},
+		{"delivered, no request id", alive, &lambda.InvokeOutput{StatusCode: 200, ExecutedVersion: str("7")}, nil,
+			publish.Delivered, "", 0},
+		{"function error without payload", alive, &lambda.InvokeOutput{StatusCode: 200, FunctionError: str("Unhandled")}, nil,
+			publish.Retryable, publish.CodeFunctionError, 0},
+	}
+	for _, tc := range cases {
+		r := p.classify(tc.parent, tc.out, tc.err)
+		if r.Kind != tc.kind || r.Code != tc.code || r.RetryAfter != tc.wait {
+			t.Errorf("%s: got %s %q retry-after %s (%v), want %s %q retry-after %s", tc.name, r.Kind, r.Code, r.RetryAfter, r.Err, tc.kind, tc.code, tc.wait)
+		}
+		if r.Kind == publish.Delivered && r.TargetRef != "version 7" {
+			t.Errorf("%s: target ref %q", tc.name, r.TargetRef)
+		}
+		if r.Kind != publish.Delivered && r.Err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package lambdainvoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/publish"
+)
+
+// Limits and defaults of the Config fields.
+const (
+	DefaultTimeout         = 30 * time.Second
+	DefaultMaxPayloadBytes = 1 << 20
+	// MaxPayloadBytes is Lambda's cap on a synchronous invocation's request.
+	MaxPayloadBytes    = 6291456
+	DefaultConcurrency = 8
+)
+
+// API is the part of the Lambda client the publisher uses; *lambda.Client
+// implements it.
+type API interface {
+	Invoke(ctx context.Context, in *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+}
+
+// Config is one Lambda plugin target.
+type Config struct {
+	// Function is the function's name or ARN, optionally with
+	// ":qualifier" (a version or alias); required.
+	Function string
+	// Timeout bounds each invocation (default DefaultTimeout). Set it
+	// above the function's own timeout, or a slow invocation is retried
+	// while it still runs.
+	Timeout time.Duration
+	// MaxPayloadBytes caps the request, the envelope (default
+	// DefaultMaxPayloadBytes, at most MaxPayloadBytes).
+	MaxPayloadBytes int
+	// Concurrency is the number of invocations in flight per Publish call
+	// (default DefaultConcurrency).
+	Concurrency int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Function == "":
+		return errors.New("lambdainvoke: function is required")
+	case c.Timeout < 0:
+		return fmt.Errorf("lambdainvoke: timeout must be positive, got %s", c.Timeout)
+	case c.MaxPayloadBytes < 0 || c.MaxPayloadBytes > MaxPayloadBytes:
+		return fmt.Errorf("lambdainvoke: max_payload_bytes must be between 1 and %d (Lambda's synchronous cap), got %d", MaxPayloadBytes, c.MaxPayloadBytes)
+	case c.Concurrency < 0:
+		return fmt.Errorf("lambdainvoke: concurrency must be positive, got %d", c.Concurrency)
+	}
+	return nil
+}
+
+// Publisher invokes one function per message. It is safe for concurrent
+// use; build one per target, once per cold start.
+type Publisher struct {
+	client      API
+	function    string
+	timeout     time.Duration
+	maxPayload  int
+	concurrency int
+}
+
+var _ publish.Publisher = (*Publisher)(nil)
+
+// New builds a Publisher for cfg on client.
+func New(client API, cfg Config) (*Publisher, error) {
+	if client == nil {
+		return nil, errors.New("lambdainvoke: nil client")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Publisher{
+		client:      client,
+		function:    cfg.Function,
+		timeout:     cfg.Timeout,
+		maxPayload:  cfg.MaxPayloadBytes,
+		concurrency: cfg.Concurrency,
+	}, nil
+}
+
+// NewHTTPClient is an SDK HTTP client (aws.Config.HTTPClient) that keeps
+// enough idle connections for concurrency invocations in flight.
+func NewHTTPClient(concurrency int) *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConnsPerHost = max(concurrency, t.MaxIdleConnsPerHost)
+		t.MaxIdleConns = max(concurrency, t.MaxIdleConns)
+	})
+}
+
+// Publish invokes the function once per message, up to Concurrency at
+// once, and returns one result per message, in order.
+func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+	results := make([]publish.Result, len(msgs))
+	workers := min(p.concurrency, len(msgs))
+	if workers <= 1 {
+		for i, m := range msgs {
+			results[i] = p.invokeSafely(ctx, m)
+		}
+		return results
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(msgs) {
+					return
+				}
+				results[i] = p.invokeSafely(ctx, msgs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// invokeSafely turns a panic (a bug) into a retryable result for its
+// message alone: a worker goroutine's panic would otherwise take the whole
+// process, and the batch's leases, with it.
+func (p *Publisher) invokeSafely(ctx context.Context, m *lease.Message) (r publish.Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			r = publish.Retry(publish.CodeTarget5xx, fmt.Errorf("lambdainvoke: panic while publishing: %v", v), 0)
+		}
+	}()
+	return p.invoke(ctx, m)
+}
+
+func (p *Publisher) invoke(ctx context.Context, m *lease.Message) publish.Result {
+	if err := ctx.Err(); err != nil {
+		r, _ := publish.ContextResult(ctx, err)
+		return r
+	}
+	if len(m.Payload) > p.maxPayload {
+		return p.tooLarge(len(m.Payload), "payload")
+	}
+	body, err := publish.EncodeEnvelope(m)
+	if err != nil {
+		return publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("lambdainvoke: encode the envelope: %w", err))
+	}
+	if len(body) > p.maxPayload {
+		return p.tooLarge(len(body), "envelope")
+	}
+	callCtx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	out, err := p.client.Invoke(callCtx, &lambda.InvokeInput{
+		FunctionName:   &p.function,
+		InvocationType: types.InvocationTypeRequestResponse,
+		Payload:        body,
+	})
+	return p.classify(ctx, out, err)
+}
+
+func (p *Publisher) tooLarge(size int, what string) publish.Result {
+	return publish.Fail(publish.CodePayloadTooLarge,
+		fmt.Errorf("lambdainvoke: the %s is %d bytes, over the target's cap of %d; not sent", what, size, p.maxPayload))
+}

@@ -1,0 +1,428 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/publish"
+)
+
+// Defaults of the Config fields left zero.
+const (
+	DefaultTimeout         = 10 * time.Second
+	DefaultMaxPayloadBytes = 1 << 20
+	DefaultConcurrency     = 8
+	DefaultUserAgent       = "outbox-dispatcher"
+)
+
+// Config is one webhook target.
+type Config struct {
+	// URL is the endpoint; required, absolute http or https.
+	URL string
+	// Secret is the Standard Webhooks signing secret, raw bytes (see
+	// ParseSecret and ResolveSecret); required.
+	Secret []byte
+	// Timeout bounds each request, from sending to reading the answer
+	// (default DefaultTimeout).
+	Timeout time.Duration
+	// MaxPayloadBytes caps the request body, the envelope (default
+	// DefaultMaxPayloadBytes).
+	MaxPayloadBytes int
+	// Headers are static extra headers sent on every request; they may not
+	// name a header the publisher sets itself (see the package doc).
+	Headers map[string]string
+	// Concurrency is the number of requests in flight per Publish call
+	// (default DefaultConcurrency). The client New builds also opens at
+	// most this many connections to the target: concurrent Publish calls
+	// on one Publisher share them, waiting (within their timeout) for one.
+	Concurrency int
+	// UserAgent is the User-Agent header (default DefaultUserAgent).
+	UserAgent string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = DefaultUserAgent
+	}
+	return c
+}
+
+// validate checks c (with defaults) and returns its parsed URL.
+func (c Config) validate() (*url.URL, error) {
+	if c.URL == "" {
+		return nil, errors.New("webhook: url is required")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		// url.Error repeats the URL, which may hold credentials.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("webhook: url is not a valid URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("webhook: url must be an absolute http or https URL, got %q", u.Redacted())
+	}
+	switch {
+	case len(c.Secret) == 0:
+		return nil, errors.New("webhook: secret is required (the Standard Webhooks signing secret)")
+	case c.Timeout < 0:
+		return nil, fmt.Errorf("webhook: timeout must be positive, got %s", c.Timeout)
+	case c.MaxPayloadBytes < 0:
+		return nil, fmt.Errorf("webhook: max_payload_bytes must be positive, got %d", c.MaxPayloadBytes)
+	case c.Concurrency < 0:
+		return nil, fmt.Errorf("webhook: concurrency must be positive, got %d", c.Concurrency)
+	case !validHeaderValue(c.UserAgent):
+		return nil, fmt.Errorf("webhook: user_agent %q is not a valid header value", c.UserAgent)
+	}
+	for name, value := range c.Headers {
+		switch {
+		case !validHeaderName(name):
+			return nil, fmt.Errorf("webhook: headers: %q is not a valid header name", name)
+		case !validHeaderValue(value):
+			return nil, fmt.Errorf("webhook: headers: the value of %s is not a valid header value", name)
+		case reservedHeaders[http.CanonicalHeaderKey(name)]:
+			return nil, fmt.Errorf("webhook: headers: %s is set by the publisher and cannot be configured", name)
+		}
+	}
+	return u, nil
+}
+
+// Publisher delivers messages to one webhook URL. It is safe for concurrent
+// use; build one per target, once per cold start.
+type Publisher struct {
+	client      *http.Client
+	url         *url.URL
+	target      string // the URL without credentials or query, for errors
+	signer      *standardwebhooks.Webhook
+	staticHdr   http.Header // Content-Type, User-Agent, Config.Headers
+	timeout     time.Duration
+	maxBody     int
+	concurrency int
+	now         func() time.Time
+}
+
+var _ publish.Publisher = (*Publisher)(nil)
+
+// New builds a Publisher for cfg. A nil client gets one built for this
+// target (see NewHTTPClient); a given client is used as it is, except that
+// redirects are never followed.
+func New(client *http.Client, cfg Config) (*Publisher, error) {
+	cfg = cfg.withDefaults()
+	u, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if client == nil {
+		client = NewHTTPClient(cfg.Concurrency)
+	} else {
+		c := *client // a shallow copy shares the transport and its pool
+		c.CheckRedirect = noRedirects
+		client = &c
+	}
+	signer, err := standardwebhooks.NewWebhookRaw(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: secret: %w", err)
+	}
+	static := make(http.Header, len(cfg.Headers)+2)
+	for name, value := range cfg.Headers {
+		static.Set(name, value)
+	}
+	static.Set("Content-Type", "application/json")
+	static.Set("User-Agent", cfg.UserAgent)
+
+	target := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	return &Publisher{
+		client:      client,
+		url:         u,
+		target:      target.String(),
+		signer:      signer,
+		staticHdr:   static,
+		timeout:     cfg.Timeout,
+		maxBody:     cfg.MaxPayloadBytes,
+		concurrency: cfg.Concurrency,
+		now:         time.Now,
+	}, nil
+}
+
+// NewHTTPClient is the client New builds when given none: keep-alive with
+// concurrency idle connections to the target and at most that many open (so
+// that bursts reuse connections instead of opening more), TLS 1.2 or newer,
+// HTTP/2 where the target offers it, no redirects followed, and no overall
+// client timeout (each request carries its own).
+func NewHTTPClient(concurrency int) *http.Client {
+	if concurrency <= 0 {
+		concurrency = DefaultConcurrency
+	}
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   5 * time.Second,
+		MaxIdleConns:          concurrency,
+		MaxIdleConnsPerHost:   concurrency,
+		MaxConnsPerHost:       concurrency,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &http.Client{Transport: transport, CheckRedirect: noRedirects}
+}
+
+// noRedirects hands a 3xx back to the publisher, which makes it terminal.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Publish POSTs each message, up to Concurrency at once, and returns one
+// result per message, in order.
+func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+	results := make([]publish.Result, len(msgs))
+	workers := min(p.concurrency, len(msgs))
+	if workers <= 1 {
+		for i, m := range msgs {
+			results[i] = p.publishOneSafely(ctx, m)
+		}
+		return results
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(msgs) {
+					return
+				}
+				results[i] = p.publishOneSafely(ctx, msgs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// Bounds on reading an answer: the head is kept for the error, the rest is
+// read and dropped so the connection can be reused; a body longer than that
+// costs the connection rather than the time to read it.
+const (
+	snippetBytes = 512
+	drainBytes   = 64 << 10
+)
+
+// publishOneSafely turns a panic (a bug) into a retryable result for its
+// message alone: a worker goroutine's panic would otherwise take the whole
+// process, and the batch's leases, with it.
+func (p *Publisher) publishOneSafely(ctx context.Context, m *lease.Message) (r publish.Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			r = publish.Retry(publish.CodeTarget5xx, fmt.Errorf("webhook: panic while publishing: %v", v), 0)
+		}
+	}()
+	return p.publishOne(ctx, m)
+}
+
+func (p *Publisher) publishOne(ctx context.Context, m *lease.Message) publish.Result {
+	if err := ctx.Err(); err != nil {
+		r, _ := publish.ContextResult(ctx, err)
+		return r
+	}
+	if len(m.Payload) > p.maxBody {
+		return p.tooLarge(len(m.Payload), "payload")
+	}
+	body, err := publish.EncodeEnvelope(m)
+	if err != nil {
+		return publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("webhook: encode the envelope: %w", err))
+	}
+	if len(body) > p.maxBody {
+		return p.tooLarge(len(body), "envelope")
+	}
+
+	key := m.StableKey()
+	sentAt := p.now()
+	signature, err := p.signer.Sign(key, sentAt, body)
+	if err != nil {
+		return publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("webhook: sign: %w", err))
+	}
+	header := p.header(m, key, sentAt, signature)
+
+	reqCtx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	resp, err := p.client.Do(p.request(reqCtx, body, header))
+	if err != nil {
+		return p.classifyTransportError(ctx, err)
+	}
+	var head []byte
+	truncated := false
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		head, truncated = readHead(resp.Body)
+	}
+	drain(resp.Body)
+	return classifyResponse(resp.StatusCode, resp.Header, head, truncated, p.now())
+}
+
+func (p *Publisher) tooLarge(size int, what string) publish.Result {
+	return publish.Fail(publish.CodePayloadTooLarge,
+		fmt.Errorf("webhook: the %s is %d bytes, over the target's cap of %d; not sent", what, size, p.maxBody))
+}
+
+// header is a request's header: the message's own headers, then the static
+// ones over them, then the protocol's over everything.
+func (p *Publisher) header(m *lease.Message, key string, sentAt time.Time, signature string) http.Header {
+	h := make(http.Header, len(m.Headers)+len(p.staticHdr)+6)
+	for name, value := range m.Headers {
+		if !validHeaderName(name) || !validHeaderValue(value) {
+			continue // carried in the envelope only
+		}
+		name = http.CanonicalHeaderKey(name)
+		if reservedHeaders[name] {
+			continue
+		}
+		h[name] = []string{value}
+	}
+	for name, values := range p.staticHdr {
+		h[name] = values // shared, read-only
+	}
+	h["Webhook-Id"] = []string{key}
+	h["Webhook-Timestamp"] = []string{strconv.FormatInt(sentAt.Unix(), 10)}
+	h["Webhook-Signature"] = []string{signature}
+	h["Idempotency-Key"] = []string{key}
+	if m.TraceHeader != "" && validHeaderValue(m.TraceHeader) {
+		h["X-Amzn-Trace-Id"] = []string{m.TraceHeader}
+	}
+	return h
+}
+
+// request builds the POST from the URL parsed once by New. GetBody lets the
+// transport replay the body on a fresh connection when a pooled one turns
+// out closed; with the Idempotency-Key header that makes the POST replayable
+// in net/http's eyes.
+func (p *Publisher) request(ctx context.Context, body []byte, header http.Header) *http.Request {
+	u := *p.url
+	req := &http.Request{
+		Method:        http.MethodPost,
+		URL:           &u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        header,
+		Host:          u.Host,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		GetBody: func() (io.ReadCloser, error) {
+			return io.NopCloser(bytes.NewReader(body)), nil
+		},
+	}
+	return req.WithContext(ctx)
+}
+
+// readHead reads the first snippetBytes of an answer's body, and whether
+// there was more.
+func readHead(body io.Reader) ([]byte, bool) {
+	buf := make([]byte, snippetBytes+1)
+	n, _ := io.ReadFull(body, buf)
+	if n > snippetBytes {
+		return buf[:snippetBytes], true
+	}
+	return buf[:n], false
+}
+
+// drain reads what is left of a body, up to drainBytes, and closes it: a
+// body read to its end lets the transport reuse the connection.
+func drain(body io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, body, drainBytes)
+	_ = body.Close()
+}
+
+// reservedHeaders are the headers the publisher or the transport owns: the
+// protocol's, and the hop-by-hop ones that would change how the request
+// travels rather than what it says.
+var reservedHeaders = map[string]bool{
+	"Content-Type":        true,
+	"Content-Length":      true,
+	"Content-Encoding":    true,
+	"Transfer-Encoding":   true,
+	"Connection":          true,
+	"Keep-Alive":          true,
+	"Proxy-Connection":    true,
+	"Proxy-Authorization": true,
+	"Te":                  true,
+	"Trailer":             true,
+	"Upgrade":             true,
+	"Host":                true,
+	"Expect":              true,
+	"User-Agent":          true,
+	"Webhook-Id":          true,
+	"Webhook-Timestamp":   true,
+	"Webhook-Signature":   true,
+	"Idempotency-Key":     true,
+	"X-Amzn-Trace-Id":     true,
+}
+
+// validHeaderName reports whether s is an HTTP token (RFC 9110 §5.1).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 || !isTokenChar[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether s may be sent as a field value: no
+// control characters but horizontal tab (RFC 9110 §5.5).
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+var isTokenChar = func() (t [128]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// errorf prefixes an error with the target as errors name it: without
+// credentials or query, where tokens tend to live.
+func (p *Publisher) errorf(format string, args ...any) error {
+	return fmt.Errorf("webhook: POST "+p.target+": "+format, args...)
+}
