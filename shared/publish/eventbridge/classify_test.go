@@ -1,0 +1,168 @@
+package eventbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"syscall"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/outboxkit/dispatcher/shared/publish"
+)
+
+// operation wraps err the way the SDK hands it back from PutEvents.
+func operation(err error) error {
+	return &smithy.OperationError{ServiceID: "EventBridge", OperationName: "PutEvents", Err: err}
+}
+
+// answered is the SDK's error for an HTTP answer with status whose body
+// the protocol decoded into apiErr (nil: a body it could not decode).
+func answered(status int, apiErr error) error {
+	if apiErr == nil {
+		apiErr = &smithy.DeserializationError{Err: errors.New("unexpected end of JSON input")}
+	}
+	return operation(&awshttp.ResponseError{
+		ResponseError: &smithyhttp.ResponseError{
+			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}},
+			Err:      apiErr,
+		},
+		RequestID: "req-1",
+	})
+}
+
+func generic(code string) error { return &smithy.GenericAPIError{Code: code, Message: "m"} }
+
+func TestClassifyCall(t *testing.T) {
+	t.Parallel()
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	cases := []struct {
+		name   string
+		parent context.Context
+		err    error
+		kind   publish.Kind
+		code   publish.Code
+	}{
+		// Modelled and common AWS error codes decide first.
+		{"ThrottlingException", live, answered(400, &types.ThrottlingException{}), publish.Retryable, publish.CodeThrottled},
+		{"LimitExceededException", live, answered(400, &types.LimitExceededException{}), publish.Retryable, publish.CodeThrottled},
+		{"throttling after the SDK's last attempt", live, operation(&retry.MaxAttemptsError{Attempt: 3, Err: answered(400, generic("ThrottlingException"))}), publish.Retryable, publish.CodeThrottled},
+		{"InternalException", live, answered(500, &types.InternalException{}), publish.Retryable, publish.CodeTarget5xx},
+		{"InternalFailure", live, answered(500, generic("InternalFailure")), publish.Retryable, publish.CodeTarget5xx},
+		{"ServiceUnavailable", live, answered(503, generic("ServiceUnavailable")), publish.Retryable, publish.CodeTarget5xx},
+		{"AccessDeniedException", live, answered(400, &types.AccessDeniedException{}), publish.Terminal, publish.CodeAccessDenied},
+		{"UnrecognizedClientException", live, answered(400, generic("UnrecognizedClientException")), publish.Terminal, publish.CodeAccessDenied},
+		{"InvalidSignatureException", live, answered(403, generic("InvalidSignatureException")), publish.Terminal, publish.CodeAccessDenied},
+		{"ExpiredTokenException", live, answered(400, generic("ExpiredTokenException")), publish.Retryable, publish.CodeAccessDenied},
+		{"ResourceNotFoundException", live, answered(400, &types.ResourceNotFoundException{}), publish.Terminal, publish.CodeTargetNotFound},
+		{"ValidationException", live, answered(400, generic("ValidationException")), publish.Terminal, publish.CodeInvalidPayload},
+		{"SerializationException", live, answered(400, generic("SerializationException")), publish.Terminal, publish.CodeInvalidPayload},
+		// A definite answer stands even when the invocation ended meanwhile.
+		{"access denied as the invocation ends", ended, answered(400, &types.AccessDeniedException{}), publish.Terminal, publish.CodeAccessDenied},
+
+		// Then the context.
+		{"the call's timeout", live, operation(&smithy.CanceledError{Err: context.DeadlineExceeded}), publish.Retryable, publish.CodeTimeout},
+		{"the call's timeout reading the answer", live, operation(&smithyhttp.RequestSendError{Err: fmt.Errorf("read: %w", context.DeadlineExceeded)}), publish.Retryable, publish.CodeTimeout},
+		{"the invocation's end", ended, operation(&smithy.CanceledError{Err: context.Canceled}), publish.Retryable, publish.CodeCanceled},
+		{"the invocation's end during SDK back-off", ended, operation(&aws.RequestCanceledError{Err: context.Canceled}), publish.Retryable, publish.CodeCanceled},
+
+		// Then the HTTP status, for codes the table does not know.
+		{"429 without a code", live, answered(429, generic("UnknownError")), publish.Retryable, publish.CodeThrottled},
+		{"502 with an HTML body", live, answered(502, nil), publish.Retryable, publish.CodeTarget5xx},
+		{"500 with an unknown code", live, answered(500, generic("SomethingBroke")), publish.Retryable, publish.CodeTarget5xx},
+		{"413", live, answered(413, nil), publish.Terminal, publish.CodePayloadTooLarge},
+		{"403 with an unknown code", live, answered(403, generic("Forbidden")), publish.Retryable, publish.CodeAccessDenied},
+		{"401", live, answered(401, nil), publish.Retryable, publish.CodeAccessDenied},
+		{"404", live, answered(404, nil), publish.Retryable, publish.CodeTargetNotFound},
+		{"400 with an unknown code", live, answered(400, generic("BrandNewException")), publish.Retryable, publish.CodeTargetRejected},
+		{"200 with an unreadable body", live, answered(200, nil), publish.Retryable, publish.CodeTarget5xx},
+
+		// Then errors with no answer at all.
+		{"credentials unavailable", live, operation(&v4.SigningError{Err: errors.New("failed to retrieve credentials")}), publish.Retryable, publish.CodeAccessDenied},
+		{"input refused by the SDK", live, operation(smithy.InvalidParamsError{Context: "PutEventsInput"}), publish.Terminal, publish.CodeInvalidPayload},
+		{"request not serialisable", live, operation(&smithy.SerializationError{Err: errors.New("x")}), publish.Terminal, publish.CodeInvalidPayload},
+		{"connection refused", live, operation(&smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, publish.CodeNetwork},
+		{"connection refused, as the SDK wraps it", live, answered(0, &smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, publish.CodeNetwork},
+		{"connection reset", live, operation(&smithyhttp.RequestSendError{Err: syscall.ECONNRESET}), publish.Retryable, publish.CodeNetwork},
+		{"unknown", live, errors.New("something nobody expected"), publish.Retryable, publish.CodeNetwork},
+	}
+	for _, c := range cases {
+		r := classifyCall(c.parent, c.err)
+		if r.Kind != c.kind || r.Code != c.code {
+			t.Errorf("%s: %s %s, want %s %s", c.name, r.Kind, r.Code, c.kind, c.code)
+		}
+		if !errors.Is(r.Err, c.err) {
+			t.Errorf("%s: the result's error %v does not wrap the call's", c.name, r.Err)
+		}
+	}
+}
+
+func TestClassifyEntry(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		code string
+		kind publish.Kind
+		want publish.Code
+	}{
+		// EventBridge's documented retryable per-entry codes.
+		{"InternalFailure", publish.Retryable, publish.CodeTarget5xx},
+		{"ThrottlingException", publish.Retryable, publish.CodeThrottled},
+		// Its documented non-retryable ones.
+		{"AccessDeniedException", publish.Terminal, publish.CodeAccessDenied},
+		{"InvalidAccountIdException", publish.Terminal, publish.CodeTargetNotFound},
+		{"InvalidArgument", publish.Terminal, publish.CodeInvalidPayload},
+		{"MalformedDetail", publish.Terminal, publish.CodeInvalidPayload},
+		{"RedactionFailure", publish.Terminal, publish.CodeTargetRejected},
+		{"NotAuthorizedForSourceException", publish.Terminal, publish.CodeAccessDenied},
+		{"NotAuthorizedForDetailTypeException", publish.Terminal, publish.CodeAccessDenied},
+		// KMS on an encrypted bus, and the bus itself.
+		{"KMSAccessDeniedException", publish.Terminal, publish.CodeAccessDenied},
+		{"KMSDisabledException", publish.Terminal, publish.CodeAccessDenied},
+		{"KMSThrottlingException", publish.Retryable, publish.CodeThrottled},
+		{"ResourceNotFoundException", publish.Terminal, publish.CodeTargetNotFound},
+		// Anything else is terminal, as EventBridge documents.
+		{"SomeFutureCode", publish.Terminal, publish.CodeTargetRejected},
+	}
+	for _, c := range cases {
+		r := classifyEntry(c.code, "the message")
+		var entryErr *EntryError
+		if r.Kind != c.kind || r.Code != c.want || !errors.As(r.Err, &entryErr) || entryErr.ErrorCode != c.code || entryErr.ErrorMessage != "the message" {
+			t.Errorf("%s: %s %s %v, want %s %s with EventBridge's code and message", c.code, r.Kind, r.Code, r.Err, c.kind, c.want)
+		}
+	}
+}
+
+func TestEntryResult(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		entry types.PutEventsResultEntry
+		kind  publish.Kind
+		code  publish.Code
+		ref   string
+	}{
+		{"an EventId", types.PutEventsResultEntry{EventId: aws.String("e-1")}, publish.Delivered, "", "e-1"},
+		{"an ErrorCode", types.PutEventsResultEntry{ErrorCode: aws.String("MalformedDetail")}, publish.Terminal, publish.CodeInvalidPayload, ""},
+		// A refusal must never be recorded as a delivery, even beside an id.
+		{"both", types.PutEventsResultEntry{EventId: aws.String("e-1"), ErrorCode: aws.String("InternalFailure")}, publish.Retryable, publish.CodeTarget5xx, ""},
+		{"neither", types.PutEventsResultEntry{}, publish.Retryable, publish.CodeTarget5xx, ""},
+		{"empty strings", types.PutEventsResultEntry{EventId: aws.String(""), ErrorCode: aws.String("")}, publish.Retryable, publish.CodeTarget5xx, ""},
+	}
+	for _, c := range cases {
+		r := entryResult(c.entry)
+		if r.Kind != c.kind || r.Code != c.code || r.TargetRef != c.ref || (c.kind != publish.Delivered) != (r.Err != nil) {
+			t.Errorf("%s: %s %s %q %v, want %s %s %q", c.name, r.Kind, r.Code, r.TargetRef, r.Err, c.kind, c.code, c.ref)
+		}
+	}
+}
