@@ -123,6 +123,19 @@ type Function struct {
 	pollOnce  sync.Once
 	coldStart time.Duration
 	seq       int
+	traceID   string
+}
+
+// DefaultTraceHeader is the Lambda-Runtime-Trace-Id sent with invocations:
+// not sampled, as for a function without active tracing.
+const DefaultTraceHeader = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0"
+
+// SetTraceHeader sets the Lambda-Runtime-Trace-Id of later invocations
+// (e.g. Sampled=1, as with active tracing).
+func (f *Function) SetTraceHeader(h string) {
+	f.mu.Lock()
+	f.traceID = h
+	f.mu.Unlock()
 }
 
 // Start runs the binary with env (KEY=VALUE) on top of a minimal Lambda
@@ -306,7 +319,13 @@ func (f *Function) next(w http.ResponseWriter, r *http.Request) {
 		h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
 		h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(inv.deadline.UnixMilli(), 10))
 		h.Set("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:us-east-1:123456789012:function:"+f.name)
-		h.Set("Lambda-Runtime-Trace-Id", "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0")
+		f.mu.Lock()
+		trace := f.traceID
+		f.mu.Unlock()
+		if trace == "" {
+			trace = DefaultTraceHeader
+		}
+		h.Set("Lambda-Runtime-Trace-Id", trace)
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		w.Write(inv.payload)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
+	"github.com/outboxkit/dispatcher/shared/telemetry/emf/emftest"
 )
 
 var fn = emf.Dimension{Name: "FunctionName", Value: "outbox-dispatch"}
@@ -25,13 +26,13 @@ func newLogger(t *testing.T, defaults ...emf.Dimension) *emf.Logger {
 	return m
 }
 
-func flush(t *testing.T, m *emf.Logger) []document {
+func flush(t *testing.T, m *emf.Logger) []emftest.Document {
 	t.Helper()
 	var out bytes.Buffer
 	if err := m.Flush(&out); err != nil {
 		t.Fatal(err)
 	}
-	return parseOutput(t, out.Bytes())
+	return emftest.Parse(t, out.Bytes())
 }
 
 func must(t *testing.T, err error) {
