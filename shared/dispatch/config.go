@@ -29,7 +29,8 @@ type Config struct {
 	// completion.
 	SafetyMargin time.Duration
 	// CompletionReserve is cut from the publishers' time so that the
-	// completion call still fits before the deadline (default 2s).
+	// completion call still fits before the deadline (default 2s, or half
+	// the safety margin when that is less).
 	CompletionReserve time.Duration
 	// TargetConcurrency bounds how many targets are published to at once
 	// within a batch (default 8); each publisher bounds its own calls.
@@ -64,7 +65,7 @@ func (c Config) withDefaults() Config {
 		c.SafetyMargin = DefaultSafetyMargin
 	}
 	if c.CompletionReserve == 0 {
-		c.CompletionReserve = DefaultCompletionReserve
+		c.CompletionReserve = min(DefaultCompletionReserve, c.SafetyMargin/2)
 	}
 	if c.TargetConcurrency == 0 {
 		c.TargetConcurrency = DefaultTargetConcurrency

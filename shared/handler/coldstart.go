@@ -44,3 +44,16 @@ func FailInit(function string, err error) {
 	}
 	os.Exit(1)
 }
+
+// InvocationError is an invocation that failed after its event was accepted
+// (the database went away, say). Its type name is the errorType Lambda
+// reports; what was done before the failure is in the logs and, for
+// dispatch, in the partial summary logged with it.
+type InvocationError struct {
+	Function string
+	Err      error
+}
+
+func (e *InvocationError) Error() string { return fmt.Sprintf("%s: %v", e.Function, e.Err) }
+
+func (e *InvocationError) Unwrap() error { return e.Err }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 
@@ -105,7 +104,7 @@ func (h *Metrics) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 	stats, err := h.Store.Stats(ctx)
 	if err != nil {
 		log.Error("reading outbox.stats() failed", "error", err.Error())
-		return Snapshot{}, fmt.Errorf("metrics: %w", err)
+		return Snapshot{}, &InvocationError{Function: "metrics", Err: err}
 	}
 	now := time.Now
 	if h.Now != nil {

@@ -100,7 +100,7 @@ func (h *Reaper) Handle(ctx context.Context, raw json.RawMessage) (sum ReaperSum
 	for round := 0; round < rounds && timeLeft(); round++ {
 		n, err := h.Store.RepairExpiredLeases(ctx, worker, batch)
 		if err != nil {
-			return sum, fmt.Errorf("reaper: repair expired leases: %w", err)
+			return sum, &InvocationError{Function: "reaper", Err: fmt.Errorf("repair expired leases: %w", err)}
 		}
 		sum.Requeued += n
 		if n < batch {
@@ -113,7 +113,7 @@ func (h *Reaper) Handle(ctx context.Context, raw json.RawMessage) (sum ReaperSum
 	for round := 0; round < rounds && timeLeft(); round++ {
 		res, err := h.Store.Purge(ctx, h.Config.Retention)
 		if err != nil {
-			return sum, fmt.Errorf("reaper: purge: %w", err)
+			return sum, &InvocationError{Function: "reaper", Err: fmt.Errorf("purge: %w", err)}
 		}
 		sum.PurgedAttempts += res.Attempts
 		sum.PurgedDedupe += res.Dedupe

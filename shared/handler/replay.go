@@ -120,13 +120,13 @@ func (h *Replay) Handle(ctx context.Context, raw json.RawMessage) (ReplaySummary
 	dry.DryRun = true
 	matched, err := h.Store.ReplayDead(ctx, dry)
 	if err != nil {
-		return ReplaySummary{}, fmt.Errorf("dlq-replay: %w", err)
+		return ReplaySummary{}, &InvocationError{Function: "dlq-replay", Err: err}
 	}
 	sum := ReplaySummary{Matched: len(matched), DryRun: req.DryRun, MessageIDs: ids(matched)}
 	if !req.DryRun && len(matched) > 0 {
 		moved, err := h.Store.ReplayDead(ctx, req)
 		if err != nil {
-			return ReplaySummary{}, fmt.Errorf("dlq-replay: %w", err)
+			return ReplaySummary{}, &InvocationError{Function: "dlq-replay", Err: err}
 		}
 		sum.Replayed, sum.MessageIDs = len(moved), ids(moved)
 	}

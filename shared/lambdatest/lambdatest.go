@@ -176,7 +176,9 @@ func Start(t testing.TB, binary, name string, env ...string) *Function {
 		"_HANDLER=bootstrap",
 	}, env...)
 	f.cmd.Stdout, f.cmd.Stderr = f.stdout, f.stderr
+	f.mu.Lock()
 	f.started = time.Now()
+	f.mu.Unlock()
 	if err := f.cmd.Start(); err != nil {
 		t.Fatalf("lambdatest: start %s: %v", binary, err)
 	}
@@ -219,12 +221,22 @@ func (f *Function) Stderr() string { return f.stderr.String() }
 func (f *Function) ColdStart(timeout time.Duration) (time.Duration, error) {
 	select {
 	case <-f.firstPoll:
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		return f.coldStart, nil
 	case e := <-f.initErr:
 		f.initErr <- e
 		return 0, e
 	case err := <-f.exited:
 		f.exited <- err
+		// An initialisation failure is posted before the process exits:
+		// prefer it, whichever of the two select saw first.
+		select {
+		case e := <-f.initErr:
+			f.initErr <- e
+			return 0, e
+		default:
+		}
 		return 0, fmt.Errorf("%s exited before polling: %v\n%s", f.name, err, f.Stderr())
 	case <-time.After(timeout):
 		return 0, fmt.Errorf("%s did not poll within %s", f.name, timeout)
@@ -249,6 +261,12 @@ func (f *Function) Invoke(ctx context.Context, payload []byte, budget time.Durat
 		return Response{Err: e}, nil
 	case err := <-f.exited:
 		f.exited <- err
+		select {
+		case e := <-f.initErr:
+			f.initErr <- e
+			return Response{Err: e}, nil
+		default:
+		}
 		return Response{}, fmt.Errorf("%s exited: %v\nstderr: %s\nstdout: %s", f.name, err, f.Stderr(), f.Stdout())
 	case <-ctx.Done():
 		return Response{}, ctx.Err()
@@ -307,7 +325,9 @@ func (f *Function) Exited() (bool, error) {
 
 func (f *Function) next(w http.ResponseWriter, r *http.Request) {
 	f.pollOnce.Do(func() {
+		f.mu.Lock()
 		f.coldStart = time.Since(f.started)
+		f.mu.Unlock()
 		close(f.firstPoll)
 	})
 	select {

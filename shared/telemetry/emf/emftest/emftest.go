@@ -13,7 +13,6 @@ import (
 	"testing"
 )
 
-
 // Document is one parsed, validated EMF document.
 type Document struct {
 	Timestamp  int64

@@ -1,0 +1,216 @@
+package sns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/outboxkit/dispatcher/shared/publish"
+)
+
+// This file is the one place where SNS's answers become our codes.
+
+// EntryError is SNS's refusal of one entry of a PublishBatch call, from the
+// answer's Failed list.
+type EntryError struct {
+	// Code is SNS's error code, e.g. InternalError or InvalidParameter.
+	Code string
+	// Message is SNS's explanation.
+	Message string
+	// SenderFault is true when SNS blames the request, false when it blames
+	// itself.
+	SenderFault bool
+}
+
+func (e *EntryError) Error() string {
+	side := "SNS's fault"
+	if e.SenderFault {
+		side = "sender's fault"
+	}
+	return fmt.Sprintf("sns: entry refused: %s (%s): %s", e.Code, side, e.Message)
+}
+
+// errNoAnswer is the error of an entry a successful call answered in neither
+// its Successful nor its Failed list.
+var errNoAnswer = errors.New("sns: PublishBatch answered neither success nor failure for this entry")
+
+// side is who a failure is blamed on.
+type side uint8
+
+const (
+	sideUnknown  side = iota // a whole-call error: the status says
+	sideSender               // SenderFault true
+	sideReceiver             // SenderFault false
+)
+
+// failure is what is known of a failed call or entry.
+type failure struct {
+	// code is the AWS error code, "" when the answer had none.
+	code string
+	// status is the HTTP status, 0 for a per-entry failure or no answer.
+	status int
+	side   side
+}
+
+// verdict is how a failure is answered.
+type verdict struct {
+	kind publish.Kind
+	code publish.Code
+	// isolate: the call failed as a whole because of something in one of
+	// its entries. Split the batch and send the halves, so that one bad
+	// message does not take its neighbours with it.
+	isolate bool
+}
+
+// AWS error codes by what they mean for a message.
+var (
+	throttlingCodes = codeSet("Throttling", "ThrottlingException", "ThrottledException", "Throttled",
+		"RequestLimitExceeded", "TooManyRequestsException", "KMSThrottling", "KMSThrottlingException")
+	serviceFaultCodes = codeSet("InternalError", "InternalFailure", "InternalErrorException",
+		"ServiceUnavailable", "ServiceUnavailableException")
+	// Credentials SNS will not take now but may take on the next attempt:
+	// an expired session token (the SDK's credential cache fetches a fresh
+	// one; in Lambda a new sandbox has new ones) and a request signed too
+	// long ago (the SDK corrects its clock skew). Dead-lettering a batch
+	// for these would turn a transient credential hiccup into an operator's
+	// replay; the attempt ceiling still ends a persistent one.
+	credentialRefreshCodes = codeSet("ExpiredToken", "ExpiredTokenException", "RequestExpired")
+	accessDeniedCodes      = codeSet("AuthorizationError", "AccessDenied", "AccessDeniedException",
+		"InvalidClientTokenId", "SignatureDoesNotMatch", "IncompleteSignature", "MissingAuthenticationToken",
+		"UnrecognizedClientException", "InvalidSecurity", "OptInRequired",
+		"KMSAccessDenied", "KMSDisabled", "KMSInvalidState", "KMSNotFound", "KMSOptInRequired")
+	notFoundCodes = codeSet("NotFound", "NotFoundException")
+	// SNS answers these for the whole request when it cannot validate one
+	// entry; the SDK calls InvalidParameterValue ParameterValueInvalid.
+	invalidEntryCodes = codeSet("InvalidParameter", "InvalidParameterValue", "ParameterValueInvalid",
+		"ValidationException", "ValidationError")
+	tooLongCodes = codeSet("BatchRequestTooLong")
+)
+
+func codeSet(codes ...string) map[string]bool {
+	set := make(map[string]bool, len(codes))
+	for _, c := range codes {
+		set[c] = true
+	}
+	return set
+}
+
+// classify maps an AWS error code, HTTP status and fault side to a verdict.
+// It is the one mapping; the table test in classify_test.go walks it.
+//
+//	code / status                                       kind       code               isolate
+//	throttling codes, HTTP 429                           retryable  THROTTLED
+//	InternalError, InternalFailure, ServiceUnavailable,  retryable  TARGET_5XX
+//	  HTTP 5xx, SenderFault false
+//	ExpiredToken, RequestExpired                         retryable  ACCESS_DENIED
+//	AuthorizationError, AccessDenied, KMS*, …            terminal   ACCESS_DENIED
+//	NotFound                                             terminal   TARGET_NOT_FOUND
+//	InvalidParameter, InvalidParameterValue, …           terminal   INVALID_PAYLOAD    yes
+//	BatchRequestTooLong                                  terminal   PAYLOAD_TOO_LARGE  yes
+//	any other code, SenderFault true                     terminal   TARGET_REJECTED
+//	any other code or status, whole call                 retryable  TARGET_REJECTED (4xx)
+//	                                                                TARGET_5XX (otherwise)
+//
+// An unknown whole-call error is retryable on purpose: a lost message is
+// lost money, a retried one costs an attempt, and the attempt ceiling ends a
+// persistent one in the dead-letter queue anyway. TARGET_REJECTED tells the
+// operator SNS refused the call (the error carries SNS's code); TARGET_5XX
+// that the answer was not understood.
+func classify(f failure) verdict {
+	switch {
+	case throttlingCodes[f.code] || f.status == http.StatusTooManyRequests:
+		return verdict{kind: publish.Retryable, code: publish.CodeThrottled}
+	case serviceFaultCodes[f.code] || f.status >= 500 || f.side == sideReceiver:
+		return verdict{kind: publish.Retryable, code: publish.CodeTarget5xx}
+	case credentialRefreshCodes[f.code]:
+		return verdict{kind: publish.Retryable, code: publish.CodeAccessDenied}
+	case accessDeniedCodes[f.code]:
+		return verdict{kind: publish.Terminal, code: publish.CodeAccessDenied}
+	case notFoundCodes[f.code]:
+		return verdict{kind: publish.Terminal, code: publish.CodeTargetNotFound}
+	case invalidEntryCodes[f.code]:
+		return verdict{kind: publish.Terminal, code: publish.CodeInvalidPayload, isolate: true}
+	case tooLongCodes[f.code]:
+		return verdict{kind: publish.Terminal, code: publish.CodePayloadTooLarge, isolate: true}
+	case f.side == sideSender:
+		return verdict{kind: publish.Terminal, code: publish.CodeTargetRejected}
+	case f.status >= 400:
+		return verdict{kind: publish.Retryable, code: publish.CodeTargetRejected}
+	default:
+		return verdict{kind: publish.Retryable, code: publish.CodeTarget5xx}
+	}
+}
+
+func (v verdict) result(err error) publish.Result {
+	if v.kind == publish.Terminal {
+		return publish.Fail(v.code, err)
+	}
+	return publish.Retry(v.code, err, 0)
+}
+
+// entryResult answers one entry of the Failed list.
+func entryResult(e types.BatchResultErrorEntry) publish.Result {
+	f := failure{code: aws.ToString(e.Code), side: sideReceiver}
+	if e.SenderFault {
+		f.side = sideSender
+	}
+	err := &EntryError{Code: f.code, Message: aws.ToString(e.Message), SenderFault: f.side == sideSender}
+	return classify(f).result(err)
+}
+
+// callResult answers every entry of a PublishBatch call that returned err.
+// parent is the invocation's context (not the call's, which carries the
+// call's own timeout), so that a timeout and a cancellation tell apart.
+// isolate asks for the batch to be split (see verdict).
+func callResult(parent context.Context, err error) (res publish.Result, isolate bool) {
+	err = fmt.Errorf("sns: PublishBatch: %w", err)
+	var f failure
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		f.code = apiErr.ErrorCode()
+	}
+	var respErr interface{ HTTPStatusCode() int }
+	if errors.As(err, &respErr) {
+		f.status = respErr.HTTPStatusCode()
+	}
+	// SNS answered with a code: the answer decides, even if the context
+	// ended meanwhile.
+	if f.code != "" && f.code != unknownCode {
+		v := classify(f)
+		return v.result(err), v.isolate
+	}
+	if r, ok := publish.ContextResult(parent, err); ok {
+		return r, false
+	}
+	// No answer, or a success whose body could not be read.
+	if f.status < 300 && isNetworkError(err) {
+		return publish.Retry(publish.CodeNetwork, err, 0), false
+	}
+	v := classify(f)
+	return v.result(err), v.isolate
+}
+
+// unknownCode is what the SDK names an error answer without a code.
+const unknownCode = "UnknownError"
+
+// isNetworkError reports a failure to reach SNS or to read its answer:
+// refused, reset or dropped connections, DNS failures, a body cut short.
+// The SDK wraps every failure to send or receive in a RequestSendError.
+func isNetworkError(err error) bool {
+	var sendErr *smithyhttp.RequestSendError
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &sendErr) || errors.As(err, &opErr) || errors.As(err, &dnsErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}

@@ -1,0 +1,183 @@
+package sns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/sns/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/outboxkit/dispatcher/shared/publish"
+)
+
+const (
+	retryable = publish.Retryable
+	terminal  = publish.Terminal
+)
+
+// The whole mapping, code by code and status by status.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		f       failure
+		kind    publish.Kind
+		code    publish.Code
+		isolate bool
+	}{
+		// Throttling, by code or by status.
+		{failure{code: "Throttling", status: 400}, retryable, publish.CodeThrottled, false},
+		{failure{code: "ThrottlingException", status: 400}, retryable, publish.CodeThrottled, false},
+		{failure{code: "ThrottledException", status: 400}, retryable, publish.CodeThrottled, false},
+		{failure{code: "Throttled", status: 400}, retryable, publish.CodeThrottled, false},
+		{failure{code: "RequestLimitExceeded", status: 400}, retryable, publish.CodeThrottled, false},
+		{failure{code: "TooManyRequestsException", status: 400}, retryable, publish.CodeThrottled, false},
+		{failure{code: "KMSThrottling", status: 400}, retryable, publish.CodeThrottled, false},
+		{failure{status: 429}, retryable, publish.CodeThrottled, false},
+		{failure{code: "Whatever", status: 429}, retryable, publish.CodeThrottled, false},
+		// SNS's own failures.
+		{failure{code: "InternalError", status: 500}, retryable, publish.CodeTarget5xx, false},
+		{failure{code: "InternalFailure", status: 500}, retryable, publish.CodeTarget5xx, false},
+		{failure{code: "ServiceUnavailable", status: 503}, retryable, publish.CodeTarget5xx, false},
+		{failure{status: 500}, retryable, publish.CodeTarget5xx, false},
+		{failure{status: 502}, retryable, publish.CodeTarget5xx, false},
+		{failure{status: 504}, retryable, publish.CodeTarget5xx, false},
+		{failure{code: "SomethingNew", status: 503}, retryable, publish.CodeTarget5xx, false},
+		// Credentials that refresh.
+		{failure{code: "ExpiredToken", status: 403}, retryable, publish.CodeAccessDenied, false},
+		{failure{code: "ExpiredTokenException", status: 400}, retryable, publish.CodeAccessDenied, false},
+		{failure{code: "RequestExpired", status: 400}, retryable, publish.CodeAccessDenied, false},
+		// Access denied for good.
+		{failure{code: "AuthorizationError", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "AccessDenied", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "AccessDeniedException", status: 400}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "InvalidClientTokenId", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "SignatureDoesNotMatch", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "InvalidSecurity", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "KMSAccessDenied", status: 400}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "KMSDisabled", status: 400}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "KMSInvalidState", status: 400}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "KMSNotFound", status: 400}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "KMSOptInRequired", status: 403}, terminal, publish.CodeAccessDenied, false},
+		// No such topic.
+		{failure{code: "NotFound", status: 404}, terminal, publish.CodeTargetNotFound, false},
+		// The request is invalid because of some entry in it: isolate it.
+		{failure{code: "InvalidParameter", status: 400}, terminal, publish.CodeInvalidPayload, true},
+		{failure{code: "InvalidParameterValue", status: 400}, terminal, publish.CodeInvalidPayload, true},
+		{failure{code: "ParameterValueInvalid", status: 400}, terminal, publish.CodeInvalidPayload, true},
+		{failure{code: "ValidationException", status: 400}, terminal, publish.CodeInvalidPayload, true},
+		{failure{code: "BatchRequestTooLong", status: 400}, terminal, publish.CodePayloadTooLarge, true},
+		// Unknown whole-call errors are retryable.
+		{failure{code: "SomethingNew", status: 400}, retryable, publish.CodeTargetRejected, false},
+		{failure{code: "TooManyEntriesInBatchRequest", status: 400}, retryable, publish.CodeTargetRejected, false},
+		{failure{status: 403}, retryable, publish.CodeTargetRejected, false},
+		{failure{status: 200}, retryable, publish.CodeTarget5xx, false},
+		{failure{}, retryable, publish.CodeTarget5xx, false},
+		// Entries: SenderFault decides what the code does not.
+		{failure{code: "InternalError", side: sideReceiver}, retryable, publish.CodeTarget5xx, false},
+		{failure{code: "SomethingNew", side: sideReceiver}, retryable, publish.CodeTarget5xx, false},
+		{failure{code: "InvalidParameter", side: sideReceiver}, retryable, publish.CodeTarget5xx, false},
+		{failure{code: "Throttling", side: sideSender}, retryable, publish.CodeThrottled, false},
+		{failure{code: "InvalidParameter", side: sideSender}, terminal, publish.CodeInvalidPayload, true},
+		{failure{code: "KMSAccessDenied", side: sideSender}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "SomethingNew", side: sideSender}, terminal, publish.CodeTargetRejected, false},
+	} {
+		name := fmt.Sprintf("%s/%d/%d", tc.f.code, tc.f.status, tc.f.side)
+		v := classify(tc.f)
+		if v.kind != tc.kind || v.code != tc.code || v.isolate != tc.isolate {
+			t.Errorf("%s: %s %s isolate=%t, want %s %s isolate=%t", name, v.kind, v.code, v.isolate, tc.kind, tc.code, tc.isolate)
+		}
+	}
+}
+
+// apiError builds what the SDK returns for an error answer: an operation
+// error around a response error around the API error.
+func apiError(status int, code string) error {
+	return &smithy.OperationError{ServiceID: "SNS", OperationName: "PublishBatch", Err: &awshttp.ResponseError{
+		ResponseError: &smithyhttp.ResponseError{
+			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}},
+			Err:      &smithy.GenericAPIError{Code: code, Message: "m"},
+		},
+		RequestID: "r",
+	}}
+}
+
+func statusError(status int, err error) error {
+	return &smithy.OperationError{ServiceID: "SNS", OperationName: "PublishBatch", Err: &awshttp.ResponseError{
+		ResponseError: &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}}, Err: err},
+	}}
+}
+
+func sendError(err error) error {
+	return &smithy.OperationError{ServiceID: "SNS", OperationName: "PublishBatch", Err: &smithyhttp.RequestSendError{Err: err}}
+}
+
+// callResult reads the facts out of the errors the SDK really returns.
+func TestCallResult(t *testing.T) {
+	t.Parallel()
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name    string
+		parent  context.Context
+		err     error
+		kind    publish.Kind
+		code    publish.Code
+		isolate bool
+	}{
+		{"throttled", live, apiError(400, "Throttling"), retryable, publish.CodeThrottled, false},
+		{"429 without a code", live, statusError(429, errors.New("garbled")), retryable, publish.CodeThrottled, false},
+		{"typed exception", live, &smithy.OperationError{Err: &types.AuthorizationErrorException{Message: aws.String("no")}}, terminal, publish.CodeAccessDenied, false},
+		{"not found", live, apiError(404, "NotFound"), terminal, publish.CodeTargetNotFound, false},
+		{"invalid parameter", live, apiError(400, "InvalidParameter"), terminal, publish.CodeInvalidPayload, true},
+		{"500 garbled", live, statusError(500, errors.New("xml: syntax error")), retryable, publish.CodeTarget5xx, false},
+		{"empty error body", live, apiError(503, "UnknownError"), retryable, publish.CodeTarget5xx, false},
+		{"an answer wins over an ended context", ended, apiError(403, "AuthorizationError"), terminal, publish.CodeAccessDenied, false},
+		{"call timeout", live, sendError(fmt.Errorf("wrapped: %w", context.DeadlineExceeded)), retryable, publish.CodeTimeout, false},
+		{"invocation ended", ended, sendError(context.Canceled), retryable, publish.CodeCanceled, false},
+		{"SDK backoff cut short", live, &aws.RequestCanceledError{Err: context.DeadlineExceeded}, retryable, publish.CodeTimeout, false},
+		{"refused", live, sendError(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), retryable, publish.CodeNetwork, false},
+		{"reset", live, sendError(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), retryable, publish.CodeNetwork, false},
+		{"EOF", live, sendError(io.EOF), retryable, publish.CodeNetwork, false},
+		{"DNS", live, sendError(&net.DNSError{Err: "no such host", Name: "sns.example", IsNotFound: true}), retryable, publish.CodeNetwork, false},
+		{"body cut short on a 200", live, statusError(200, io.ErrUnexpectedEOF), retryable, publish.CodeNetwork, false},
+		{"garbled 200", live, statusError(200, &smithy.DeserializationError{Err: errors.New("bad xml")}), retryable, publish.CodeTarget5xx, false},
+		{"unknown", live, errors.New("something else"), retryable, publish.CodeTarget5xx, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, isolate := callResult(tc.parent, tc.err)
+			if r.Kind != tc.kind || r.Code != tc.code || isolate != tc.isolate {
+				t.Errorf("%s %s isolate=%t, want %s %s isolate=%t", r.Kind, r.Code, isolate, tc.kind, tc.code, tc.isolate)
+			}
+			if !errors.Is(r.Err, tc.err) {
+				t.Errorf("result error %v does not wrap the call's error", r.Err)
+			}
+		})
+	}
+}
+
+func TestEntryResult(t *testing.T) {
+	t.Parallel()
+	r := entryResult(types.BatchResultErrorEntry{Id: aws.String("3"), Code: aws.String("KMSDisabled"), Message: aws.String("key disabled"), SenderFault: true})
+	var entryErr *EntryError
+	if r.Kind != terminal || r.Code != publish.CodeAccessDenied || !errors.As(r.Err, &entryErr) {
+		t.Fatalf("%s %s %v", r.Kind, r.Code, r.Err)
+	}
+	if entryErr.Code != "KMSDisabled" || entryErr.Message != "key disabled" || !entryErr.SenderFault {
+		t.Errorf("entry error %+v", entryErr)
+	}
+	r = entryResult(types.BatchResultErrorEntry{Id: aws.String("3"), Code: aws.String("InternalError"), SenderFault: false})
+	if r.Kind != retryable || r.Code != publish.CodeTarget5xx {
+		t.Errorf("InternalError without sender fault: %s %s", r.Kind, r.Code)
+	}
+}

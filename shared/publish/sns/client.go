@@ -1,0 +1,81 @@
+package sns
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+)
+
+// The SDK retryer NewClient installs.
+const (
+	// ClientMaxAttempts is the SDK's attempts per PublishBatch call, the
+	// first included. One quick retry absorbs a blip (a connection reset on
+	// a reused connection, one throttle); anything longer is the outbox's
+	// job, with its own backoff, its own attempt count and the invocation's
+	// deadline in view.
+	ClientMaxAttempts = 2
+	// ClientMaxBackoff caps the SDK's wait before its retry, well inside a
+	// call's Timeout. The wait is drawn uniformly from [0, ClientMaxBackoff)
+	// (full jitter), so that the retries of calls throttled together spread
+	// out; the SDK's own backoff would wait exactly the cap this short.
+	ClientMaxBackoff = 500 * time.Millisecond
+)
+
+// fullJitter is the SDK retryer's backoff: a uniformly random wait below the
+// duration.
+type fullJitter time.Duration
+
+func (j fullJitter) BackoffDelay(int, error) (time.Duration, error) {
+	return time.Duration(rand.Int64N(int64(j))), nil
+}
+
+// NewClient builds the SNS client a Publisher should be given, from the
+// function's AWS configuration (config.LoadDefaultConfig, so the
+// AWS_ENDPOINT_URL_SNS convention still applies):
+//
+//   - a retryer of ClientMaxAttempts attempts, jittered waits below
+//     ClientMaxBackoff and no retry quota: the outbox retries with backoff
+//     across invocations, and a retry quota drained by one bad minute would
+//     otherwise fail fast calls that would have succeeded;
+//   - an HTTP connection pool that keeps at least maxInFlight idle
+//     connections per host, maxInFlight being the PublishBatch calls the
+//     function can have in flight at once (Config.Concurrency times the
+//     Publish calls it runs in parallel). With fewer, every call beyond
+//     the pool's size opens a new connection (and a TLS handshake) and
+//     the throughput falls well short of Concurrency calls per round trip.
+//     The SDK's default keeps 10; net/http's DefaultTransport only 2.
+//
+// The pool is sized only when awsCfg.HTTPClient is nil or the SDK's own
+// *awshttp.BuildableClient; a client of another type is used as it is, and
+// sizing its pool is the caller's business. optFns apply last, after these
+// settings. AWS_MAX_ATTEMPTS / aws.Config.RetryMaxAttempts, when set, still
+// override the attempt count, as everywhere in the SDK.
+func NewClient(awsCfg aws.Config, maxInFlight int, optFns ...func(*sns.Options)) *sns.Client {
+	configure := func(o *sns.Options) {
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.MaxAttempts = ClientMaxAttempts
+			so.MaxBackoff = ClientMaxBackoff
+			so.Backoff = fullJitter(ClientMaxBackoff)
+			so.RateLimiter = ratelimit.None
+		})
+		if buildable, ok := o.HTTPClient.(*awshttp.BuildableClient); ok {
+			o.HTTPClient = withIdleConnections(buildable, maxInFlight)
+		}
+	}
+	return sns.NewFromConfig(awsCfg, append([]func(*sns.Options){configure}, optFns...)...)
+}
+
+func withIdleConnections(c *awshttp.BuildableClient, perHost int) *awshttp.BuildableClient {
+	return c.WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, perHost)
+		if t.MaxIdleConns != 0 {
+			t.MaxIdleConns = max(t.MaxIdleConns, perHost)
+		}
+	})
+}

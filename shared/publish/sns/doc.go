@@ -1,0 +1,111 @@
+// Package sns publishes outbox messages to an Amazon SNS topic with
+// PublishBatch, and answers one publish.Result per message.
+//
+// # Building one
+//
+// Build the client once per cold start with [NewClient], and the publisher
+// with [New]:
+//
+//	awsCfg, err := config.LoadDefaultConfig(ctx)
+//	client := sns.NewClient(awsCfg, sns.DefaultConcurrency)
+//	pub, err := sns.New(client, sns.Config{TopicARN: arn})
+//
+// NewClient does two things a default client gets wrong for this job. It
+// keeps the SDK's retries short (two attempts, no retry quota): the outbox
+// retries with its own backoff and attempt ceiling, and the invocation has a
+// deadline that a long SDK backoff would eat. And it keeps at least as many
+// idle HTTP connections per host as there can be calls in flight: with
+// fewer, the calls beyond the pool open a new connection (and handshake)
+// every time. A client built some other way must do the same; Publish is
+// correct whatever the retryer, since each call's Timeout bounds the SDK's
+// retries too.
+//
+// # What is sent
+//
+// Messages are cut, in input order, into chunks of at most 10 entries whose
+// total size is within Config.MaxMessageBytes, SNS counting the body plus
+// every attribute's name, data type and value. Up to Config.Concurrency
+// chunks are in flight at once, each call under its own Config.Timeout; the
+// first goes out while the rest are still being encoded. A message over the
+// cap by itself is a terminal PAYLOAD_TOO_LARGE, never sent.
+//
+// The body is the payload JSON. The message attributes are outbox.id,
+// outbox.namespace, outbox.topic, outbox.attempt (Number), and when set
+// outbox.tenant_id, outbox.dedupe_key, outbox.sequence_id (Number) and
+// outbox.trace_header — SNS has no per-message trace field, so the
+// producer's X-Ray trace header travels as an attribute — then the
+// message's headers. SNS allows 10 attributes per message, names of at
+// most 256 characters of A-Z a-z 0-9 _ - . (not starting with AWS. or
+// Amazon., no leading, trailing or doubled period) and non-empty values;
+// headers may not start with outbox., the publisher's own prefix. A
+// message that breaks a rule is a terminal INVALID_PAYLOAD whose
+// *InvalidMessageError names the rule and the attribute; no header is ever
+// dropped to make it fit.
+//
+// # FIFO topics
+//
+// A topic whose name ends in ".fifo" gets, on every message, a
+// MessageGroupId — the ordering key, else Config.DefaultGroupID — and a
+// MessageDeduplicationId — "namespace|topic|dedupe_key", else the message
+// id. The dedupe key is scoped because the outbox makes it unique per
+// namespace and topic only, while one FIFO topic often serves several
+// topics; unscoped, SNS would silently drop the second of two messages that
+// share a key. Either id must be at most 128 letters, digits and ASCII
+// punctuation; one that is not is replaced by the hex SHA-256 of it, which
+// is deterministic, so retries and replays of a message still carry the
+// same ids and SNS still deduplicates them.
+//
+// Order within a group holds because the outbox claims only the head of an
+// ordering key (so one Publish never carries two messages of one key) and
+// completes it before the next is claimable.
+//
+// # Results
+//
+// Each entry of a successful call is answered from the call's answer:
+// Successful → delivered, the SNS MessageId as target ref; Failed → by
+// SenderFault and code; in neither list → retryable TARGET_5XX. A failed
+// call answers all its entries alike, unless SNS blames one of them (see
+// the decisions below). The mapping lives in one function,
+// classify (classify.go):
+//
+//	Throttling, ThrottlingException, Throttled(Exception),
+//	  RequestLimitExceeded, TooManyRequestsException, KMSThrottling, HTTP 429
+//	                                              → retryable THROTTLED
+//	InternalError, InternalFailure, ServiceUnavailable, HTTP 5xx,
+//	  an entry with SenderFault false             → retryable TARGET_5XX
+//	ExpiredToken, RequestExpired                  → retryable ACCESS_DENIED
+//	AuthorizationError, AccessDenied(Exception), InvalidClientTokenId,
+//	  SignatureDoesNotMatch, KMSAccessDenied, KMSDisabled, KMSInvalidState,
+//	  KMSNotFound, KMSOptInRequired, …            → terminal ACCESS_DENIED
+//	NotFound (no such topic)                      → terminal TARGET_NOT_FOUND
+//	InvalidParameter, InvalidParameterValue       → terminal INVALID_PAYLOAD
+//	BatchRequestTooLong                           → terminal PAYLOAD_TOO_LARGE
+//	another code on an entry, SenderFault true    → terminal TARGET_REJECTED
+//	the call's Timeout                            → retryable TIMEOUT
+//	the invocation's context                      → retryable CANCELED
+//	refused, reset, EOF, DNS                      → retryable NETWORK
+//	another code on a call (4xx)                  → retryable TARGET_REJECTED
+//	anything else                                 → retryable TARGET_5XX
+//
+// Three of these are decisions:
+//
+//   - ExpiredToken and RequestExpired are retryable: the SDK fetches fresh
+//     credentials and corrects clock skew on the next call, and in Lambda a
+//     new sandbox brings new credentials. Terminal, a credential hiccup
+//     would dead-letter every batch of the minute.
+//   - A whole-call InvalidParameter (or BatchRequestTooLong) blames the
+//     request, but the request is up to ten messages and SNS does not say
+//     which. The publisher splits the chunk in halves and sends each,
+//     recursively, so only the message SNS refuses on its own ends
+//     terminal (INVALID_PAYLOAD, or PAYLOAD_TOO_LARGE when the topic's cap
+//     is lower than Config.MaxMessageBytes) and its neighbours are
+//     delivered. A chunk of ten costs at most 19 calls, and only when
+//     every message is bad.
+//   - An unknown error is retryable: retrying costs an attempt, while
+//     dead-lettering something SNS would have taken a minute later costs an
+//     operator's replay, and the attempt ceiling ends a persistent failure
+//     anyway.
+//
+// An error code from SNS decides even when the context ended meanwhile: SNS
+// did answer.
+package sns

@@ -1,0 +1,134 @@
+// Package target builds, once per cold start, one publisher for each
+// distinct target in the route table: the AWS clients, HTTP connection pools
+// and signing secrets it needs are set up here and reused by every
+// invocation. A target that cannot be built (a missing secret, say) fails
+// the cold start with a message naming its route.
+package target
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+
+	"github.com/outboxkit/dispatcher/shared/publish"
+	ebpub "github.com/outboxkit/dispatcher/shared/publish/eventbridge"
+	"github.com/outboxkit/dispatcher/shared/publish/lambdainvoke"
+	snspub "github.com/outboxkit/dispatcher/shared/publish/sns"
+	"github.com/outboxkit/dispatcher/shared/publish/webhook"
+	"github.com/outboxkit/dispatcher/shared/route"
+)
+
+// Deps are what building publishers needs from the outside world.
+type Deps struct {
+	// AWS is the SDK configuration (region, credentials, endpoints); tracing
+	// instrumentation, when on, is already installed in its APIOptions.
+	AWS aws.Config
+	// Getenv reads signing secrets referenced by signing_secret_env.
+	Getenv func(string) string
+	// WrapHTTP, when set, wraps each plugin HTTP client (tracing).
+	WrapHTTP func(*http.Client) *http.Client
+	// Concurrency is the number of calls each publisher keeps in flight
+	// (default 8).
+	Concurrency int
+}
+
+// sdkMaxAttempts keeps the SDK's own retries short: the outbox retries with
+// its own backoff, and an invocation's deadline is better spent on other
+// messages than on one throttled call.
+const sdkMaxAttempts = 2
+
+// Build returns a publisher per distinct target of table, keyed by
+// route.Target.Key().
+func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publish.Publisher, error) {
+	if deps.Concurrency <= 0 {
+		deps.Concurrency = 8
+	}
+	awsCfg := deps.AWS.Copy()
+	awsCfg.Retryer = func() aws.Retryer {
+		return retry.AddWithMaxAttempts(retry.NewStandard(), sdkMaxAttempts)
+	}
+	// One HTTP client for the AWS SDK clients, with enough idle connections
+	// per host for every call in flight: the default of 2 would make each
+	// burst reconnect.
+	awsCfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns = 256
+		t.MaxIdleConnsPerHost = 64
+		t.IdleConnTimeout = 90 * time.Second
+	})
+
+	var (
+		snsClient *sns.Client
+		ebClient  *eventbridge.Client
+		lmClient  *lambda.Client
+		smClient  *secretsmanager.Client
+	)
+	out := map[string]publish.Publisher{}
+	for _, r := range table.Routes {
+		key := r.Target.Key()
+		if out[key] != nil {
+			continue
+		}
+		t := r.Target
+		var (
+			p   publish.Publisher
+			err error
+		)
+		switch t.Type {
+		case "sns":
+			if snsClient == nil {
+				snsClient = sns.NewFromConfig(awsCfg)
+			}
+			p, err = snspub.New(snsClient, snspub.Config{
+				TopicARN: t.TopicARN, DefaultGroupID: t.MessageGroupID, MaxMessageBytes: r.MaxPayloadBytes,
+				Timeout: r.Timeout, Concurrency: deps.Concurrency,
+			})
+		case "eventbridge":
+			if ebClient == nil {
+				ebClient = eventbridge.NewFromConfig(awsCfg)
+			}
+			p, err = ebpub.New(ebClient, ebpub.Config{
+				EventBus: t.EventBus, Source: t.Source, DetailType: t.DetailType, MaxEntryBytes: r.MaxPayloadBytes,
+				Timeout: r.Timeout, Concurrency: deps.Concurrency,
+			})
+		case "lambda":
+			if lmClient == nil {
+				lmClient = lambda.NewFromConfig(awsCfg)
+			}
+			p, err = lambdainvoke.New(lmClient, lambdainvoke.Config{
+				Function: t.Function, Timeout: r.Timeout, MaxPayloadBytes: r.MaxPayloadBytes, Concurrency: deps.Concurrency,
+			})
+		case "http":
+			if t.SigningSecretARN != "" && smClient == nil {
+				smClient = secretsmanager.NewFromConfig(awsCfg)
+			}
+			var secret []byte
+			secret, err = webhook.ResolveSecret(ctx, webhook.SecretRef{Env: t.SigningSecretEnv, ARN: t.SigningSecretARN}, deps.Getenv, smClient)
+			if err == nil {
+				client := webhook.NewHTTPClient(deps.Concurrency)
+				if deps.WrapHTTP != nil {
+					client = deps.WrapHTTP(client)
+				}
+				p, err = webhook.New(client, webhook.Config{
+					URL: t.URL, Secret: secret, Timeout: r.Timeout, MaxPayloadBytes: r.MaxPayloadBytes,
+					Headers: t.Headers, Concurrency: deps.Concurrency,
+				})
+			}
+		default:
+			err = fmt.Errorf("unknown target type %q", t.Type)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("target: %s (%s): %w", r.Name, t.Type, err)
+		}
+		out[key] = p
+	}
+	return out, nil
+}
