@@ -37,28 +37,38 @@ var (
 // host's architecture. It returns the binary's path.
 func Build(t testing.TB, name string) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if path, ok := built[name]; ok {
-		return path
-	}
-	root, err := moduleRoot()
+	path, err := BuildBinary(name)
 	if err != nil {
 		t.Fatalf("lambdatest: %v", err)
 	}
+	return path
+}
+
+// BuildBinary is Build for programs that are not tests (a soak, a
+// benchmark driver): it returns an error instead of failing a test.
+func BuildBinary(name string) (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if path, ok := built[name]; ok {
+		return path, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
 	dir, err := os.MkdirTemp("", "lambdatest-"+name+"-")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	out := filepath.Join(dir, "bootstrap")
 	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", out, "./functions/"+name)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("lambdatest: build functions/%s: %v\n%s", name, err, msg)
+		return "", fmt.Errorf("build functions/%s: %v\n%s", name, err, msg)
 	}
 	built[name] = out
-	return out
+	return out, nil
 }
 
 func moduleRoot() (string, error) {
@@ -105,7 +115,6 @@ type invocation struct {
 
 // Function is one running bootstrap process and the Runtime API serving it.
 type Function struct {
-	t        testing.TB
 	name     string
 	cmd      *exec.Cmd
 	server   *http.Server
@@ -142,12 +151,23 @@ func (f *Function) SetTraceHeader(h string) {
 // environment, and stops it when the test ends.
 func Start(t testing.TB, binary, name string, env ...string) *Function {
 	t.Helper()
+	f, err := Launch(binary, name, env...)
+	if err != nil {
+		t.Fatalf("lambdatest: %v", err)
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// Launch is Start for programs that are not tests: the caller stops the
+// function.
+func Launch(binary, name string, env ...string) (*Function, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	f := &Function{
-		t: t, name: name, addr: l.Addr().String(), queue: make(chan *invocation),
+		name: name, addr: l.Addr().String(), queue: make(chan *invocation),
 		inflight: map[string]*invocation{}, initErr: make(chan *FunctionError, 1),
 		exited: make(chan error, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{},
 		firstPoll: make(chan struct{}),
@@ -180,11 +200,11 @@ func Start(t testing.TB, binary, name string, env ...string) *Function {
 	f.started = time.Now()
 	f.mu.Unlock()
 	if err := f.cmd.Start(); err != nil {
-		t.Fatalf("lambdatest: start %s: %v", binary, err)
+		f.server.Close()
+		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
 	go func() { f.exited <- f.cmd.Wait() }()
-	t.Cleanup(f.Stop)
-	return f
+	return f, nil
 }
 
 // Stop kills the process and the server.
@@ -199,13 +219,13 @@ func (f *Function) Stop() {
 	f.server.Close()
 }
 
-// Kill sends SIGKILL, as a crashed or timed-out sandbox would see.
+// Kill sends SIGKILL, as a crashed or timed-out sandbox would see, and waits
+// for the process to die.
 func (f *Function) Kill() {
 	f.cmd.Process.Signal(syscall.SIGKILL)
 	select {
 	case <-f.exited:
 	case <-time.After(5 * time.Second):
-		f.t.Errorf("lambdatest: %s did not die after SIGKILL", f.name)
 	}
 }
 
