@@ -43,6 +43,8 @@ type webhookSink struct {
 	delay    time.Duration
 	started  chan struct{}
 	once     sync.Once
+	// traceHeaders are the X-Amzn-Trace-Id headers received, per webhook-id.
+	traceHeaders map[string]string
 }
 
 func newSink(t *testing.T) *webhookSink {
@@ -51,7 +53,7 @@ func newSink(t *testing.T) *webhookSink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &webhookSink{requests: map[string]int{}, handled: map[string]publish.Envelope{}, started: make(chan struct{})}
+	s := &webhookSink{requests: map[string]int{}, handled: map[string]publish.Envelope{}, started: make(chan struct{}), traceHeaders: map[string]string{}}
 	receiver := sink.NewReceiver(secret, sink.NewMemoryDeduper(), func(ctx context.Context, env publish.Envelope) error {
 		if strings.Contains(string(env.Payload), `"poison"`) {
 			return sink.Reject(http.StatusUnprocessableEntity, fmt.Errorf("unknown tenant in %s", env.ID))
@@ -65,6 +67,7 @@ func newSink(t *testing.T) *webhookSink {
 		s.once.Do(func() { close(s.started) })
 		s.mu.Lock()
 		s.requests[r.Header.Get("webhook-id")]++
+		s.traceHeaders[r.Header.Get("webhook-id")] = r.Header.Get("X-Amzn-Trace-Id")
 		delay := s.delay
 		s.mu.Unlock()
 		if delay > 0 {
