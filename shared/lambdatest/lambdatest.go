@@ -209,10 +209,16 @@ func Launch(binary, name string, env ...string) (*Function, error) {
 
 // Stop kills the process and the server.
 func (f *Function) Stop() {
-	if f.cmd.ProcessState == nil && f.cmd.Process != nil {
+	// The exit status travels through f.exited (the waiting goroutine owns
+	// cmd.ProcessState); put it back for any later reader.
+	select {
+	case err := <-f.exited:
+		f.exited <- err
+	default:
 		f.cmd.Process.Kill()
 		select {
-		case <-f.exited:
+		case err := <-f.exited:
+			f.exited <- err
 		case <-time.After(5 * time.Second):
 		}
 	}
@@ -224,7 +230,8 @@ func (f *Function) Stop() {
 func (f *Function) Kill() {
 	f.cmd.Process.Signal(syscall.SIGKILL)
 	select {
-	case <-f.exited:
+	case err := <-f.exited:
+		f.exited <- err
 	case <-time.After(5 * time.Second):
 	}
 }
