@@ -140,9 +140,10 @@ func (s *Summary) target(kind string) *TargetStats {
 // Run performs one bounded run. It returns the summary of what was done
 // even when it returns an error (a database failure mid-run); messages whose
 // completion failed stay leased until the reaper requeues them.
-func (e *Engine) Run(ctx context.Context, req Request) (Summary, error) {
+func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) {
 	start := e.cfg.Clock()
-	sum := Summary{WorkerID: req.WorkerID}
+	sum.WorkerID = req.WorkerID
+	// A named result, so that the duration reaches the caller on every path.
 	defer func() { sum.DurationMS = e.cfg.Clock().Sub(start).Milliseconds() }()
 
 	batchSize, maxBatches, namespaces := e.cfg.BatchSize, e.cfg.MaxBatches, e.cfg.Namespaces

@@ -322,6 +322,9 @@ func TestDeadlineStopsClaimingAndCompletesWhatItHolds(t *testing.T) {
 	if sum.StoppedBy != dispatch.StoppedDeadline {
 		t.Fatalf("stopped by %q, want deadline (%+v)", sum.StoppedBy, sum)
 	}
+	if sum.DurationMS < 1000 || sum.DurationMS > 3000 {
+		t.Fatalf("duration_ms %d for a run of about 1.5-3s", sum.DurationMS)
+	}
 	if time.Now().After(deadline) {
 		t.Fatalf("returned after the deadline")
 	}

@@ -1,0 +1,93 @@
+package functions_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
+	"github.com/outboxkit/dispatcher/shared/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/pgtest"
+)
+
+// BenchmarkColdStart measures each function's bootstrap from process start
+// to its first poll of /next — configuration, AWS config, a connection to a
+// local PostgreSQL and its ping included — and reports the binary's size.
+//
+//	go test -run '^$' -bench ColdStart -benchtime 20x ./functions/
+func BenchmarkColdStart(b *testing.B) {
+	db := pgtest.New(b)
+	routes := `{"routes":[{"match":{"namespace":"*","topic":"*"},"target":{"type":"eventbridge","event_bus":"default"}}]}`
+	for _, name := range []string{"dispatch", "reaper", "dlq-replay", "metrics"} {
+		b.Run(name, func(b *testing.B) {
+			bin := lambdatest.Build(b, name)
+			info, err := os.Stat(bin)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var total time.Duration
+			for range b.N {
+				f, err := lambdatest.Launch(bin, name, "OUTBOX_DATABASE_URL="+db.URL, "OUTBOX_TRACING=off", "OUTBOX_ROUTES="+routes)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d, err := f.ColdStart(30 * time.Second)
+				f.Stop()
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += d
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/coldstart")
+			b.ReportMetric(float64(info.Size())/(1<<20), "MB")
+		})
+	}
+}
+
+// BenchmarkDispatchDrain measures one dispatch invocation draining a backlog
+// to a no-op target (a wire-level EventBridge that answers at once), through
+// the real binary: the rate the function itself sustains.
+//
+//	go test -run '^$' -bench DispatchDrain -benchtime 3x ./functions/
+func BenchmarkDispatchDrain(b *testing.B) {
+	const backlog = 20_000
+	eb := eventbridgefake.New(b)
+	payload := json.RawMessage(fmt.Sprintf(`{"tenant_id":"tenant-42","tokens":1200,"pad":%q}`, strings.Repeat("x", 460)))
+	var rate float64
+	for range b.N {
+		b.StopTimer()
+		db := pgtest.New(b)
+		for from := 0; from < backlog; from += 1000 {
+			batch := make([]outbox.Message, 1000)
+			for i := range batch {
+				batch[i] = outbox.Message{Namespace: "billing", Topic: "usage", DedupeKey: fmt.Sprintf("k-%d", from+i), Payload: payload}
+			}
+			if _, err := outbox.EnqueueBatch(context.Background(), db.Pool, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		db.Pool.Exec(context.Background(), "VACUUM ANALYZE outbox.pending")
+		f := lambdatest.Start(b, lambdatest.Build(b, "dispatch"), "dispatch",
+			"OUTBOX_DATABASE_URL="+db.URL, "OUTBOX_TRACING=off", "OUTBOX_FUNCTION_TIMEOUT=5m",
+			"OUTBOX_BATCH_SIZE=1000", "OUTBOX_MAX_BATCHES=100", "AWS_ENDPOINT_URL_EVENTBRIDGE="+eb.URL(),
+			`OUTBOX_ROUTES={"routes":[{"match":{"namespace":"*","topic":"*"},"target":{"type":"eventbridge","event_bus":"default"}}]}`)
+		if _, err := f.ColdStart(30 * time.Second); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		var sum dispatchSummary
+		if err := f.InvokeJSON(context.Background(), []byte(`{}`), 4*time.Minute, &sum); err != nil {
+			b.Fatal(err)
+		}
+		if sum.Delivered != backlog {
+			b.Fatalf("delivered %d of %d: %+v", sum.Delivered, backlog, sum)
+		}
+		rate = float64(sum.Delivered) / (float64(sum.DurationMS) / 1000)
+	}
+	b.ReportMetric(rate, "msgs/s")
+}
