@@ -39,7 +39,8 @@ var Variables = []Variable{
 	{"OUTBOX_DB_PORT", "5432", "Database port for IAM authentication, or an override of the secret's port.", "all"},
 	{"OUTBOX_DB_NAME", "", "Database name for IAM authentication, or an override of the secret's dbname.", "all"},
 	{"OUTBOX_DB_USER", "", "Database user for IAM authentication.", "all"},
-	{"OUTBOX_DB_SSLMODE", "", "libpq sslmode; IAM authentication requires at least require.", "all"},
+	{"OUTBOX_DB_SSLMODE", "", "libpq sslmode, overriding the URL's; require by default for the secret and IAM sources (IAM refuses anything weaker).", "all"},
+	{"OUTBOX_DB_SSLROOTCERT", "", "CA bundle file for sslmode verify-ca or verify-full (the RDS bundle is not in the system trust store).", "all"},
 	{"OUTBOX_DB_MAX_CONNS", "2", "Pool size per function instance (1-100); one invocation runs at a time.", "all"},
 	{"OUTBOX_DB_SIMPLE_PROTOCOL", "false", "true behind RDS Proxy: no prepared statements, so sessions are not pinned.", "all"},
 	{"OUTBOX_DB_STATEMENT_TIMEOUT", "30s", "statement_timeout set on every connection.", "all"},
@@ -76,7 +77,11 @@ var Variables = []Variable{
 
 	// Logs and traces.
 	{"OUTBOX_LOG_LEVEL", "info", "debug, info, warn or error (AWS_LAMBDA_LOG_LEVEL wins when set).", "all"},
-	{"OUTBOX_TRACING", "auto", "auto traces with X-Ray inside Lambda when active tracing is on; off disables it.", "all"},
+	{"OUTBOX_TRACING", "auto", "auto traces with X-Ray inside Lambda when active tracing is on; off disables it; on forces it.", "all"},
+
+	// The test harness (shared/pgtest).
+	{"OUTBOX_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "Server the tests create their databases on; its user must create databases and roles.", "make test"},
+	{"OUTBOX_TEST_KEEP_DATABASES", "", "Set to keep each test's database for inspection.", "make test"},
 }
 
 // Lookup returns the registered variable name.
