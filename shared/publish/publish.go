@@ -52,6 +52,14 @@ const (
 	CodeFunctionError   Code = "FUNCTION_ERROR"    // a plugin function failed (retryable unless it marked the failure terminal)
 )
 
+// Codes lists every code, for documentation and tools; the README's error
+// table is checked against it.
+var Codes = []Code{
+	CodeThrottled, CodeTimeout, CodeNetwork, CodeTarget5xx, CodeCanceled,
+	CodeTargetRejected, CodeAccessDenied, CodeTargetNotFound, CodePayloadTooLarge,
+	CodeInvalidPayload, CodeNoRoute, CodeFunctionError,
+}
+
 // Kind is a Result's outcome.
 type Kind uint8
 

@@ -121,7 +121,8 @@
 //     account>:<topic name>, the partition aws, aws-cn or aws-us-gov and the
 //     region one of the partition's. A name ending in .fifo is a FIFO topic:
 //     each message gets a MessageGroupId (its ordering key) and a
-//     MessageDeduplicationId (its dedupe key, else its id).
+//     MessageDeduplicationId (namespace|topic|dedupe key, since a dedupe
+//     key is unique only within its namespace and topic; else its id).
 //   - message_group_id: FIFO topics only; the MessageGroupId of messages
 //     without an ordering key; at most 128 printable ASCII characters
 //     without spaces.

@@ -137,3 +137,27 @@ var Fields = []FieldDoc{
 		Rule: "an object or a boolean that compiles (draft 2020-12 unless $schema says otherwise); no reference outside itself",
 		Doc:  "Validates each payload before delivery; a payload that fails is dead-lettered as INVALID_PAYLOAD without a call."},
 }
+
+// MarkdownReference renders Fields as the Markdown table the README
+// carries; a test keeps the two equal.
+func MarkdownReference() string {
+	var b strings.Builder
+	b.WriteString("| field | type | required / default | target | valid values | meaning |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, f := range Fields {
+		need := ""
+		switch {
+		case f.Required:
+			need = "required"
+		case f.Default != "":
+			need = "default " + f.Default
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", f.Path, f.Type, cell(need), cell(f.Target), cell(f.Rule), cell(f.Doc))
+	}
+	return b.String()
+}
+
+// cell escapes text for a Markdown table cell.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+}

@@ -279,3 +279,19 @@ func TestDocExamplesParse(t *testing.T) {
 		t.Errorf("the example has %d routes, want one per target type", len(fromJSON.Routes))
 	}
 }
+
+func TestREADMEReferenceMatchesFields(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- routes:begin -->\n", "<!-- routes:end -->"
+	i, j := strings.Index(string(raw), begin), strings.Index(string(raw), end)
+	if i < 0 || j < i {
+		t.Fatal("README.md has no routes reference block")
+	}
+	if got, want := string(raw)[i+len(begin):j], MarkdownReference(); got != want {
+		t.Errorf("README.md's routes reference is out of date; between the routes markers it should read:\n\n%s", want)
+	}
+}

@@ -204,3 +204,19 @@ func (r *Reader) OneOf(name string, allowed ...string) string {
 	r.Fail(name, "must be one of %s, got %q", strings.Join(allowed, ", "), raw)
 	return ""
 }
+
+// MarkdownReference renders Variables as the Markdown table the README
+// carries; a test keeps the two equal.
+func MarkdownReference() string {
+	var b strings.Builder
+	b.WriteString("| variable | default | read by | meaning |\n")
+	b.WriteString("|---|---|---|---|\n")
+	for _, v := range Variables {
+		def := "—"
+		if v.Default != "" {
+			def = "`" + v.Default + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", v.Name, def, v.Functions, strings.ReplaceAll(v.Usage, "|", `\|`))
+	}
+	return b.String()
+}

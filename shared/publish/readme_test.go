@@ -1,0 +1,23 @@
+package publish_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/outboxkit/dispatcher/shared/publish"
+)
+
+// Every code an operator can meet is explained in the README's error table.
+func TestREADMEExplainsEveryCode(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range publish.Codes {
+		if !strings.Contains(string(raw), "| `"+string(c)+"` |") {
+			t.Errorf("README.md's error table does not explain %s", c)
+		}
+	}
+}
