@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -118,41 +116,7 @@ func NewHTTPClient(concurrency int) *awshttp.BuildableClient {
 // Publish invokes the function once per message, up to Concurrency at
 // once, and returns one result per message, in order.
 func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
-	results := make([]publish.Result, len(msgs))
-	workers := min(p.concurrency, len(msgs))
-	if workers <= 1 {
-		for i, m := range msgs {
-			results[i] = p.invokeSafely(ctx, m)
-		}
-		return results
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(msgs) {
-					return
-				}
-				results[i] = p.invokeSafely(ctx, msgs[i])
-			}
-		})
-	}
-	wg.Wait()
-	return results
-}
-
-// invokeSafely turns a panic (a bug) into a retryable result for its
-// message alone: a worker goroutine's panic would otherwise take the whole
-// process, and the batch's leases, with it.
-func (p *Publisher) invokeSafely(ctx context.Context, m *lease.Message) (r publish.Result) {
-	defer func() {
-		if v := recover(); v != nil {
-			r = publish.Retry(publish.CodeTarget5xx, fmt.Errorf("lambdainvoke: panic while publishing: %v", v), 0)
-		}
-	}()
-	return p.invoke(ctx, m)
+	return publish.EachConcurrently(ctx, msgs, p.concurrency, p.invoke)
 }
 
 func (p *Publisher) invoke(ctx context.Context, m *lease.Message) publish.Result {

@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -199,29 +197,7 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // Publish POSTs each message, up to Concurrency at once, and returns one
 // result per message, in order.
 func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
-	results := make([]publish.Result, len(msgs))
-	workers := min(p.concurrency, len(msgs))
-	if workers <= 1 {
-		for i, m := range msgs {
-			results[i] = p.publishOneSafely(ctx, m)
-		}
-		return results
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(msgs) {
-					return
-				}
-				results[i] = p.publishOneSafely(ctx, msgs[i])
-			}
-		})
-	}
-	wg.Wait()
-	return results
+	return publish.EachConcurrently(ctx, msgs, p.concurrency, p.publishOne)
 }
 
 // Bounds on reading an answer: the head is kept for the error, the rest is
@@ -231,18 +207,6 @@ const (
 	snippetBytes = 512
 	drainBytes   = 64 << 10
 )
-
-// publishOneSafely turns a panic (a bug) into a retryable result for its
-// message alone: a worker goroutine's panic would otherwise take the whole
-// process, and the batch's leases, with it.
-func (p *Publisher) publishOneSafely(ctx context.Context, m *lease.Message) (r publish.Result) {
-	defer func() {
-		if v := recover(); v != nil {
-			r = publish.Retry(publish.CodeTarget5xx, fmt.Errorf("webhook: panic while publishing: %v", v), 0)
-		}
-	}()
-	return p.publishOne(ctx, m)
-}
 
 func (p *Publisher) publishOne(ctx context.Context, m *lease.Message) publish.Result {
 	if err := ctx.Err(); err != nil {
