@@ -15,6 +15,10 @@ LAMBDA_ARCH ?= arm64
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+.PHONY: run
+run: ## The whole data path on this machine in one command (outboxctl demo): PostgreSQL, 20,000 messages, a signed webhook sink, dispatch, reaper, dead letters, replay
+	$(GO) run ./cmd/outboxctl demo
+
 test: ## Run every test, race detector on, against the PostgreSQL at $OUTBOX_TEST_DATABASE_URL
 	$(GO) test -race -count=1 ./...
 
@@ -50,3 +54,36 @@ build-DlqReplayFunction:
 	$(call lambda-build,dlq-replay)
 build-MetricsFunction:
 	$(call lambda-build,metrics)
+
+.PHONY: bench-compare
+bench-compare: ## Compare with River, watermill-sql and the bare-SQL floor; rewrites docs/BENCHMARKS.md and its plot (QUICK=1: a small run, written to $TMPDIR)
+	cd bench && BENCH_MAKE_STARTED=$$(date +%s) $(GO) run ./cmd/compare $(if $(QUICK),-quick)
+
+# ---- Reliability: the fault-injection soak and the fuzz targets ----
+.PHONY: soak fuzz
+# The soak reads SOAK_MESSAGES, SOAK_KILLS, SOAK_RESTARTS, SOAK_BURSTS,
+# SOAK_DISPATCHERS, SOAK_PRODUCERS, SOAK_TIMEOUT and SOAK_JSON (cmd/soak).
+export SOAK_MESSAGES SOAK_KILLS SOAK_RESTARTS SOAK_BURSTS SOAK_DISPATCHERS SOAK_PRODUCERS SOAK_TIMEOUT SOAK_JSON
+
+soak: ## Fault-injection soak: 1,000,000 messages (SOAK_MESSAGES=n for fewer) through 8 real dispatch processes, with kills, PostgreSQL restarts and a failing target; prints the figures (docs/RELIABILITY.md)
+	$(GO) run ./cmd/soak
+
+FUZZTIME ?= 30s
+# package:target, every fuzz target of the module; plain `go test` replays
+# their seed corpora (f.Add and testdata/fuzz) as regression tests.
+FUZZ_TARGETS := \
+	./shared/route:FuzzParse \
+	./shared/publish/webhook:FuzzClassifyResponse \
+	./shared/publish:FuzzEncodeEnvelope \
+	./shared/handler/dispatchfn:FuzzParseEvent \
+	./shared/handler:FuzzParseReaperEvent \
+	./shared/handler:FuzzParseReplayEvent \
+	./shared/handler:FuzzDecodeMetricsEvent \
+	./shared/outbox:FuzzEnqueue
+
+fuzz: ## Run every fuzz target for FUZZTIME each (default 30s; e.g. FUZZTIME=10m); a crasher lands in the package's testdata/fuzz
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done

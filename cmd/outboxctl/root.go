@@ -1,13 +1,22 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
 
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
 
 // usageError is bad input on the command line: exit status 2.
@@ -33,32 +42,121 @@ func oneLine(err error) string {
 
 type globalOptions struct {
 	databaseURL string
+	// getenv is the process environment (os.Getenv); tests substitute
+	// their own so that they can run in parallel.
+	getenv func(string) string
 }
+
+// lookup reads an environment variable as the commands see it:
+// --database-url replaces every database source of the environment.
+func (g *globalOptions) lookup(name string) string {
+	if g.databaseURL != "" {
+		switch name {
+		case pgconn.EnvDatabaseURL:
+			return g.databaseURL
+		case pgconn.EnvSecretARN, pgconn.EnvIAMAuth:
+			return ""
+		}
+	}
+	return g.getenv(name)
+}
+
+const noDatabase = "no database: set OUTBOX_DATABASE_URL or pass --database-url"
 
 func (g *globalOptions) database() (string, error) {
-	if g.databaseURL != "" {
-		return g.databaseURL, nil
-	}
-	if u := os.Getenv("OUTBOX_DATABASE_URL"); u != "" {
+	if u := g.lookup(pgconn.EnvDatabaseURL); u != "" {
 		return u, nil
 	}
-	return "", usagef("no database: set OUTBOX_DATABASE_URL or pass --database-url")
+	return "", usagef("%s", noDatabase)
 }
 
-func newRootCommand() *cobra.Command {
-	g := &globalOptions{}
+// handlerEnv is the environment the functions' handlers are built from,
+// as the Lambda would have it, with their logs and metrics going to out.
+func (g *globalOptions) handlerEnv(out io.Writer) handler.Env {
+	return handler.Env{Getenv: g.lookup, ReadFile: os.ReadFile, Stdout: out}
+}
+
+// connect opens a pool on the configured database — a URL, a Secrets
+// Manager secret or RDS IAM authentication, as the functions do — and the
+// store on it. Close the pool when done.
+func (g *globalOptions) connect(ctx context.Context) (*pgxpool.Pool, *lease.Store, error) {
+	return g.connectWithPool(ctx, 0)
+}
+
+// connectWithPool is connect with a default pool size for commands that
+// use many connections at once (OUTBOX_DB_MAX_CONNS still wins).
+func (g *globalOptions) connectWithPool(ctx context.Context, poolSize int32) (*pgxpool.Pool, *lease.Store, error) {
+	if g.lookup(pgconn.EnvDatabaseURL) == "" && g.lookup(pgconn.EnvSecretARN) == "" && g.lookup(pgconn.EnvIAMAuth) == "" {
+		return nil, nil, usagef("%s", noDatabase)
+	}
+	cfg, err := pgconn.LoadConfig(g.lookup)
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	if poolSize > 0 && g.lookup(pgconn.EnvMaxConns) == "" {
+		cfg.MaxConns = poolSize
+	}
+	deps := pgconn.Deps{ApplicationName: "outboxctl", Logger: slog.New(slog.DiscardHandler)}
+	if cfg.Source != pgconn.SourceURL {
+		// Only a secret or an IAM token needs AWS.
+		if deps.AWS, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
+			return nil, nil, fmt.Errorf("load the AWS configuration: %w", err)
+		}
+	}
+	pool, err := pgconn.Open(ctx, cfg, deps)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pool, lease.NewStore(pool), nil
+}
+
+func newRootCommand() *cobra.Command { return newRootCommandWithEnv(os.Getenv) }
+
+// newRootCommandWithEnv builds the command tree reading the environment
+// through getenv.
+func newRootCommandWithEnv(getenv func(string) string) *cobra.Command {
+	g := &globalOptions{getenv: getenv}
 	root := &cobra.Command{
 		Use:   "outboxctl",
 		Short: "Operate the transactional outbox",
-		Long: `outboxctl operates the transactional outbox in PostgreSQL.
+		Long: `outboxctl operates the transactional outbox in PostgreSQL: see what is
+queued and stuck, inspect and replay dead letters, enqueue by hand, run the
+Lambda handlers locally, run a long-lived dispatcher, and receive webhook
+deliveries.
 
-The database comes from --database-url or OUTBOX_DATABASE_URL.`,
+New here? "outboxctl demo" (make run) shows the whole data path on this
+machine in one command.
+
+The database comes from --database-url or OUTBOX_DATABASE_URL; every command
+but migrate also takes OUTBOX_DB_SECRET_ARN or RDS IAM settings, as the
+functions do.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Args:          cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			hint := "see outboxctl --help"
+			if suggestions := cmd.SuggestionsFor(args[0]); len(suggestions) > 0 {
+				hint = "did you mean " + strings.Join(suggestions, " or ") + "?"
+			}
+			return usagef("unknown command %q: %s", args[0], hint)
+		},
 	}
 	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", "", "PostgreSQL URL (default $OUTBOX_DATABASE_URL)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newMigrateCommand(g))
+	root.AddCommand(
+		newMigrateCommand(g),
+		newEnqueueCommand(g),
+		newStatusCommand(g),
+		newDeadCommand(g),
+		newReplayCommand(g),
+		newInvokeCommand(g),
+		newServeCommand(g),
+		newSinkCommand(g),
+		newDemoCommand(g),
+	)
 	return root
 }
 
@@ -69,4 +167,23 @@ func redact(connString string) string {
 		return "(database URL)"
 	}
 	return u.Redacted()
+}
+
+// noArgs refuses positional arguments as a usage error (cobra.NoArgs's
+// error would exit 1).
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// exactArgs wants n positional arguments, named in the message.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s needs %s", cmd.CommandPath(), what)
+		}
+		return nil
+	}
 }

@@ -79,6 +79,9 @@ var Variables = []Variable{
 	{"OUTBOX_LOG_LEVEL", "info", "debug, info, warn or error (AWS_LAMBDA_LOG_LEVEL wins when set).", "all"},
 	{"OUTBOX_TRACING", "auto", "auto traces with X-Ray inside Lambda when active tracing is on; off disables it; on forces it.", "all"},
 
+	// The operator CLI (cmd/outboxctl).
+	{"OUTBOX_SINK_SECRET", "", "Signing secret (whsec_… or base64) that outboxctl sink verifies deliveries with; a route's signing_secret_env may name it.", "outboxctl"},
+
 	// The test harness (shared/pgtest).
 	{"OUTBOX_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "Server the tests create their databases on; its user must create databases and roles.", "make test"},
 	{"OUTBOX_TEST_KEEP_DATABASES", "", "Set to keep each test's database for inspection.", "make test"},

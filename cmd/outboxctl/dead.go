@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+)
+
+// listMaxLimit caps `dead list --limit`: the most outbox.replay_dead takes
+// at once, so that a listing can always show what a replay would move.
+const listMaxLimit = 10_000
+
+func newDeadCommand(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead list|show",
+		Short: "List dead letters, or show one with its payload and attempt history",
+		Long: `Dead letters are messages that will not be delivered as they are: a target
+refused them (TARGET_REJECTED, INVALID_PAYLOAD, …), no route matched
+(NO_ROUTE), or their retries ran out. They wait in outbox.dead until an
+operator replays them (outboxctl replay) once the cause is fixed.`,
+		Example: `  outboxctl dead list
+  outboxctl dead list --namespace billing --error-code TARGET_REJECTED --failed-after 24h
+  outboxctl dead show 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d
+  outboxctl dead list --json | jq -r '.dead_letters[].id'`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown dead subcommand %q: use list or show", args[0])
+			}
+			return usagef("dead needs a subcommand: list or show")
+		},
+	}
+	cmd.AddCommand(newDeadListCommand(g), newDeadShowCommand(g))
+	return cmd
+}
+
+func newDeadListCommand(g *globalOptions) *cobra.Command {
+	var (
+		filter deadFilterFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead letters, oldest failure first (the order replay takes them)",
+		Example: `  outboxctl dead list
+  outboxctl dead list --topic usage_snapshot --limit 20
+  outboxctl dead list --failed-after 2026-11-20 --failed-before 2026-11-21`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ev, err := filter.event(time.Now())
+			if err != nil {
+				return err
+			}
+			// Listing everything is harmless, unlike replaying it.
+			ev.All = true
+			req, err := parseReplayFlags(ev, listMaxLimit)
+			if err != nil {
+				return err
+			}
+			pool, store, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			letters, err := store.ListDead(cmd.Context(), req.Filter())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), letters)
+			}
+			printDeadLetters(cmd.OutOrStdout(), letters, time.Now())
+			return nil
+		},
+	}
+	filter.register(cmd.Flags(), fmt.Sprintf("list at most this many (default 100, at most %d)", listMaxLimit))
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// printDeadLetters is the dead-letter table of `dead list`, `replay` and
+// the demo.
+func printDeadLetters(w io.Writer, letters lease.DeadLetters, now time.Time) {
+	if len(letters.Letters) == 0 {
+		fmt.Fprintln(w, "no dead letters match")
+		return
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "ID\tNAMESPACE/TOPIC\tCODE\tERROR\tATTEMPTS\tFAILED")
+	for _, d := range letters.Letters {
+		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%d\t%s ago\n", d.ID, d.Namespace, d.Topic, orDash(d.LastErrorCode),
+			orDash(truncate(d.LastError, 80)), d.AttemptCount, humanAge(now.Sub(d.FailedAt)))
+	}
+	tw.Flush()
+	if letters.Matched > len(letters.Letters) {
+		fmt.Fprintf(w, "showing the oldest %s of %s matching dead letters (raise --limit to see more)\n", count(len(letters.Letters)), count(letters.Matched))
+	}
+}
+
+func newDeadShowCommand(g *globalOptions) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a message: its keys, headers, payload and every recorded attempt",
+		Long: `Show a dead letter — or a pending message, or the attempt history of one
+already delivered — with its keys, headers, payload and every outcome
+recorded in outbox.attempts, oldest first (replays included, with their
+operator and reason).`,
+		Example: `  outboxctl dead show 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d
+  outboxctl dead show 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d --json`,
+		Args: exactArgs(1, "a message id (outboxctl dead list shows them)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return usagef("%q is not a message id (a UUID)", args[0])
+			}
+			pool, store, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			msg, err := store.LookupMessage(cmd.Context(), id)
+			found := err == nil
+			if err != nil && !errors.Is(err, lease.ErrMessageNotFound) {
+				return err
+			}
+			attempts, err := store.MessageAttempts(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if !found && len(attempts) == 0 {
+				return fmt.Errorf("no message %s: not pending, not dead, and no attempts recorded (delivered before the attempts retention, or never enqueued)", id)
+			}
+			if asJSON {
+				doc := struct {
+					Message  *lease.StoredMessage `json:"message"`
+					Attempts []lease.Attempt      `json:"attempts"`
+				}{Attempts: attempts}
+				if found {
+					doc.Message = &msg
+				}
+				return writeJSON(cmd.OutOrStdout(), doc)
+			}
+			w := cmd.OutOrStdout()
+			if found {
+				printMessage(w, msg, time.Now())
+			} else {
+				fmt.Fprintf(w, "message %s has left the outbox (delivered, or dead and purged); its recorded attempts:\n", id)
+			}
+			fmt.Fprintln(w)
+			printAttempts(w, attempts)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printMessage(w io.Writer, m lease.StoredMessage, now time.Time) {
+	switch {
+	case m.State == lease.StateDead && m.FailedAt != nil:
+		fmt.Fprintf(w, "message %s  DEAD since %s (%s ago)\n", m.ID, m.FailedAt.UTC().Format(time.RFC3339), humanAge(now.Sub(*m.FailedAt)))
+	case m.ClaimedBy != "":
+		fmt.Fprintf(w, "message %s  PENDING, leased by %s\n", m.ID, m.ClaimedBy)
+	default:
+		fmt.Fprintf(w, "message %s  PENDING\n", m.ID)
+	}
+	tw := table(w)
+	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
+	row("namespace/topic", m.Namespace+"/"+m.Topic)
+	row("tenant", orDash(m.TenantID))
+	row("dedupe key", orDash(m.DedupeKey))
+	ordering := orDash(m.OrderingKey)
+	if m.OrderingKey != "" {
+		ordering = fmt.Sprintf("%s (sequence %d)", m.OrderingKey, m.SequenceID)
+	}
+	row("ordering key", ordering)
+	row("created", fmt.Sprintf("%s (%s ago)", m.CreatedAt.UTC().Format(time.RFC3339), humanAge(now.Sub(m.CreatedAt))))
+	row("attempts", fmt.Sprint(m.AttemptCount))
+	if m.State == lease.StatePending && m.NextAttemptAt != nil && m.ClaimedBy == "" {
+		when := "due now"
+		if d := m.NextAttemptAt.Sub(now); d > 0 {
+			when = "due in " + humanAge(d)
+		}
+		row("next attempt", when)
+	}
+	if m.LeaseExpiresAt != nil {
+		row("lease expires", m.LeaseExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if m.LastErrorCode != "" || m.LastError != "" {
+		row("last error", strings.TrimSpace(orDash(m.LastErrorCode)+": "+m.LastError))
+	}
+	if m.TraceHeader != "" {
+		row("trace header", m.TraceHeader)
+	}
+	if m.FailedBy != "" {
+		row("failed by", m.FailedBy)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "  headers")
+	if len(m.Headers) == 0 {
+		fmt.Fprintln(w, "    (none)")
+	}
+	names := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "    %s: %s\n", k, m.Headers[k])
+	}
+	fmt.Fprintln(w, "  payload")
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, m.Payload, "    ", "  "); err != nil {
+		pretty.Reset()
+		pretty.Write(m.Payload)
+	}
+	fmt.Fprintf(w, "    %s\n", pretty.String())
+}
+
+func printAttempts(w io.Writer, attempts []lease.Attempt) {
+	if len(attempts) == 0 {
+		fmt.Fprintln(w, "no attempts recorded")
+		return
+	}
+	fmt.Fprintf(w, "attempts (%d, oldest first)\n", len(attempts))
+	tw := table(w)
+	fmt.Fprintln(tw, "  #\tSTATE\tAT\tBY\tTARGET\tREF\tCODE\tLATENCY\tDETAIL")
+	for _, a := range attempts {
+		latency := "-"
+		if a.LatencyMS != nil {
+			latency = fmt.Sprintf("%dms", *a.LatencyMS)
+		}
+		by := a.WorkerID
+		detail := a.ErrorMessage
+		if a.State == "REPLAYED" {
+			by = a.Operator
+			detail = "reason: " + orDash(a.Reason)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.AttemptNo, a.State,
+			a.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), orDash(by), orDash(a.Target), orDash(a.TargetRef),
+			orDash(a.ErrorCode), latency, orDash(strings.Join(strings.Fields(detail), " ")))
+	}
+	tw.Flush()
+}

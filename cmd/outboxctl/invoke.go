@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
+)
+
+// invocable is one function's handler, built from the environment as its
+// main package builds it at a cold start.
+type invocable func(ctx context.Context, env handler.Env) (handle func(context.Context, json.RawMessage) (any, error), closeFn func(), err error)
+
+// functions are the Lambda functions invoke can run, by their names in
+// functions/ and template.yaml.
+var functions = map[string]invocable{
+	"dispatch": func(ctx context.Context, env handler.Env) (func(context.Context, json.RawMessage) (any, error), func(), error) {
+		h, closeFn, err := dispatchfn.New(ctx, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, raw json.RawMessage) (any, error) { return h.Handle(ctx, raw) }, closeFn, nil
+	},
+	"reaper": func(ctx context.Context, env handler.Env) (func(context.Context, json.RawMessage) (any, error), func(), error) {
+		h, closeFn, err := handler.NewReaper(ctx, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, raw json.RawMessage) (any, error) { return h.Handle(ctx, raw) }, closeFn, nil
+	},
+	"dlq-replay": func(ctx context.Context, env handler.Env) (func(context.Context, json.RawMessage) (any, error), func(), error) {
+		h, closeFn, err := handler.NewReplay(ctx, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, raw json.RawMessage) (any, error) { return h.Handle(ctx, raw) }, closeFn, nil
+	},
+	"metrics": func(ctx context.Context, env handler.Env) (func(context.Context, json.RawMessage) (any, error), func(), error) {
+		h, closeFn, err := handler.NewMetrics(ctx, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, raw json.RawMessage) (any, error) { return h.Handle(ctx, raw) }, closeFn, nil
+	},
+}
+
+func functionNames() string {
+	names := make([]string, 0, len(functions))
+	for name := range functions {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func newInvokeCommand(g *globalOptions) *cobra.Command {
+	var (
+		eventFile string
+		timeout   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "invoke FUNCTION [--event FILE]",
+		Short: "Run a function's handler in-process, as the Lambda would, and print its answer",
+		Long: `Run one invocation of a function's handler in this process: the handler is
+built from the environment exactly as the function builds it at a cold start
+(OUTBOX_* variables, OUTBOX_ROUTES for dispatch, the AWS SDK's own settings),
+given the event, and its JSON answer is printed on stdout. Its logs and
+metrics documents go to stderr.
+
+FUNCTION is one of dispatch, reaper, dlq-replay, metrics. The event comes
+from --event (a file, or - for stdin); by default it is the function's
+schedule event, {} (events/<function>-schedule.json). dlq-replay has no
+schedule: give it an event, e.g. events/dlq-replay-dry-run.json.`,
+		Example: `  outboxctl invoke reaper
+  outboxctl invoke metrics
+  OUTBOX_ROUTES_FILE=routes.yaml outboxctl invoke dispatch --event events/dispatch-overrides.json
+  outboxctl invoke dlq-replay --event events/dlq-replay-dry-run.json
+  echo '{"namespace":"billing","dry_run":true}' | outboxctl invoke dlq-replay --event -`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("invoke needs a function: %s", functionNames())
+			}
+			if functions[args[0]] == nil {
+				return usagef("unknown function %q: use %s", args[0], functionNames())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if timeout <= 0 {
+				return usagef("--timeout must be positive, got %s", timeout)
+			}
+			event, err := readEvent(cmd, name, eventFile)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			build := functions[name]
+			handle, closeFn, err := build(ctx, g.handlerEnv(cmd.ErrOrStderr()))
+			if err != nil {
+				// What would fail the function's cold start: its
+				// configuration, or its database.
+				return fmt.Errorf("%s: cold start failed: %w", name, err)
+			}
+			defer closeFn()
+			// Lambda gives every invocation a deadline; the handlers plan
+			// their work (when to stop claiming) by it.
+			invokeCtx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			answer, err := handle(invokeCtx, event)
+			var evErr *handler.EventError
+			if errors.As(err, &evErr) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			return writeJSON(cmd.OutOrStdout(), answer)
+		},
+	}
+	cmd.Flags().StringVar(&eventFile, "event", "", "the event: a JSON file, or - for stdin (default: the schedule event, {})")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "the invocation's deadline, as the function's timeout")
+	return cmd
+}
+
+func readEvent(cmd *cobra.Command, function, file string) (json.RawMessage, error) {
+	var (
+		raw []byte
+		err error
+	)
+	switch file {
+	case "":
+		if function == "dlq-replay" {
+			return nil, usagef("dlq-replay has no schedule event: pass --event FILE, e.g. events/dlq-replay-dry-run.json")
+		}
+		return json.RawMessage(`{}`), nil
+	case "-":
+		raw, err = io.ReadAll(cmd.InOrStdin())
+	default:
+		raw, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, usagef("--event %s: %v", file, cause(err))
+	}
+	if !json.Valid(raw) {
+		return nil, usagef("--event %s is not valid JSON", file)
+	}
+	return raw, nil
+}

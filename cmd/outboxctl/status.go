@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/lease"
+)
+
+// defaultWatchInterval is --watch's interval when none is given.
+const defaultWatchInterval = 2 * time.Second
+
+func newStatusCommand(g *globalOptions) *cobra.Command {
+	var (
+		watch  string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status [--watch [INTERVAL]]",
+		Short: "Show the queue per namespace/topic: pending, due, leased, expired leases, oldest age, dead",
+		Long: `Show the queue per namespace/topic, from outbox.stats():
+
+  PENDING  undelivered messages, leased or not
+  DUE      unleased and due now: waiting for a dispatcher
+  LEASED   held by a dispatcher right now
+  EXPIRED  leases past their expiry: a dispatcher died or overran; the reaper requeues them
+  OLDEST   how long the oldest available message has waited
+  DEAD     dead letters (outboxctl dead list)
+
+--watch redraws every INTERVAL (default 2s) until interrupted.`,
+		Example: `  outboxctl status
+  outboxctl status --watch           # every 2s
+  outboxctl status --watch 500ms
+  outboxctl status --json | jq '.totals.oldest_pending_age_seconds'`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			watching := cmd.Flags().Changed("watch")
+			// "--watch 5s" parses as a bare --watch and an argument: take
+			// the argument as the interval.
+			if watching && watch == defaultWatchInterval.String() && len(args) == 1 {
+				watch, args = args[0], nil
+			}
+			if len(args) > 0 {
+				return usagef("status takes no arguments, got %q", args[0])
+			}
+			var interval time.Duration
+			if watching {
+				d, err := time.ParseDuration(watch)
+				if err != nil || d < 100*time.Millisecond {
+					return usagef("--watch wants an interval of at least 100ms, such as 2s, got %q", watch)
+				}
+				interval = d
+			}
+			pool, store, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			return showStatus(cmd.Context(), cmd.OutOrStdout(), store, interval, asJSON)
+		},
+	}
+	cmd.Flags().StringVar(&watch, "watch", "", "refresh every INTERVAL until interrupted (default 2s)")
+	cmd.Flags().Lookup("watch").NoOptDefVal = defaultWatchInterval.String()
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (with --watch, one document per line)")
+	return cmd
+}
+
+// statusDoc is status --json.
+type statusDoc struct {
+	GeneratedAt time.Time          `json:"generated_at"`
+	Topics      []lease.TopicStats `json:"topics"`
+	Totals      handler.Totals     `json:"totals"`
+}
+
+func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval time.Duration, asJSON bool) error {
+	redraw := interval > 0 && !asJSON && isTerminal(w)
+	for {
+		stats, err := store.Stats(ctx)
+		if err != nil {
+			if ctx.Err() != nil && interval > 0 {
+				return nil // interrupted while reading
+			}
+			return err
+		}
+		now := time.Now()
+		switch {
+		case asJSON && interval > 0:
+			if err := writeJSONLine(w, statusOf(stats, now)); err != nil {
+				return err
+			}
+		case asJSON:
+			if err := writeJSON(w, statusOf(stats, now)); err != nil {
+				return err
+			}
+		default:
+			if redraw {
+				fmt.Fprint(w, "\033[H\033[2J") // home, clear: redraw in place
+			}
+			if interval > 0 {
+				fmt.Fprintf(w, "outbox status at %s, every %s (interrupt to stop)\n\n", now.Format("15:04:05"), interval)
+			}
+			printStatus(w, stats)
+			if interval > 0 && !redraw {
+				fmt.Fprintln(w)
+			}
+		}
+		if interval == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+func statusOf(stats []lease.TopicStats, now time.Time) statusDoc {
+	doc := statusDoc{GeneratedAt: now.UTC(), Topics: stats}
+	if doc.Topics == nil {
+		doc.Topics = []lease.TopicStats{}
+	}
+	for _, s := range stats {
+		doc.Totals.Pending += s.Pending
+		doc.Totals.Due += s.Due
+		doc.Totals.Leased += s.Leased
+		doc.Totals.ExpiredLeases += s.ExpiredLeases
+		doc.Totals.Dead += s.Dead
+		doc.Totals.OldestPendingAgeSeconds = max(doc.Totals.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
+	}
+	return doc
+}
+
+func printStatus(w io.Writer, stats []lease.TopicStats) {
+	if len(stats) == 0 {
+		fmt.Fprintln(w, "the outbox is empty: nothing pending, no dead letters")
+		return
+	}
+	t := statusOf(stats, time.Now()).Totals
+	oldest := func(pending int64, s float64) string {
+		if pending == 0 {
+			return "-"
+		}
+		return humanAge(seconds(s))
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "NAMESPACE\tTOPIC\tPENDING\tDUE\tLEASED\tEXPIRED\tOLDEST\tDEAD")
+	for _, s := range stats {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Topic, count(s.Pending), count(s.Due),
+			count(s.Leased), count(s.ExpiredLeases), oldest(s.Pending, s.OldestPendingAgeSeconds), count(s.Dead))
+	}
+	fmt.Fprintf(tw, "TOTAL\t\t%s\t%s\t%s\t%s\t%s\t%s\n", count(t.Pending), count(t.Due), count(t.Leased),
+		count(t.ExpiredLeases), oldest(t.Pending, t.OldestPendingAgeSeconds), count(t.Dead))
+	tw.Flush()
+	// What to do about what is stuck.
+	if t.ExpiredLeases > 0 {
+		fmt.Fprintf(w, "\n%s expired lease%s: a dispatcher died or overran its lease; the reaper requeues them (outboxctl invoke reaper)\n",
+			count(t.ExpiredLeases), plural(int(t.ExpiredLeases)))
+	}
+	if t.Dead > 0 {
+		fmt.Fprintf(w, "\n%s dead letter%s: see why with outboxctl dead list; replay with outboxctl replay\n", count(t.Dead), plural(int(t.Dead)))
+	}
+}

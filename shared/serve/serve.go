@@ -1,0 +1,403 @@
+// Package serve is the long-running dispatcher (`outboxctl serve`), for
+// deployments that need sub-second latency or run outside Lambda. It drives
+// the same engine as the dispatch function (shared/dispatch, wired by
+// dispatchfn.New from the same environment) and the reaper function's
+// handler, but instead of waiting for a schedule it is woken by PostgreSQL:
+//
+//	producer commit ──► trigger pending_notify (migration 00004)
+//	                      │ NOTIFY outbox_pending (one per statement, folded per transaction)
+//	                      ▼
+//	listener (own connection) ──► wake ──► debounce ──► drain: claim → publish → complete,
+//	                                          ▲            batch after batch until one
+//	poll timer (fallback) ────────────────────┘            comes back short
+//	reaper timer ──► repair expired leases, purge
+//
+// Notifications only say "there may be work"; the claim is the same
+// FOR UPDATE SKIP LOCKED claim the functions use, so any number of servers
+// and functions can run side by side. A notification can be lost — the
+// trigger disabled, the LISTEN connection dropped, a retry becoming due
+// (an UPDATE, which does not notify) — so the server also polls, and after
+// every (re)connection of its listener it drains once to catch up on what it
+// may have missed.
+//
+// Wake-ups are coalesced: while a drain runs, any number of notifications
+// leave a single pending wake-up; after a wake-up the server waits Debounce
+// before claiming, so that a burst of producer commits is claimed as one
+// batch rather than one claim per commit.
+//
+// # Shutdown
+//
+// Cancelling Run's context stops claiming. The batch in hand is still
+// published and completed (its messages are delivered or scheduled for
+// retry, never left leased), unless that takes longer than ShutdownTimeout:
+// then its publish calls are cancelled, and the batch is completed as
+// retryable. Run then returns nil.
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/handler"
+)
+
+// Channel is the notification channel of migration 00004's trigger.
+const Channel = "outbox_pending"
+
+// Defaults of Config.
+const (
+	DefaultPollInterval    = time.Second
+	DefaultDebounce        = 10 * time.Millisecond
+	DefaultShutdownTimeout = 30 * time.Second
+
+	// Reconnection of the listener backs off from the first to the last.
+	firstReconnectDelay = 250 * time.Millisecond
+	lastReconnectDelay  = 30 * time.Second
+)
+
+// Dispatcher runs one bounded dispatch run; *dispatch.Engine is one.
+type Dispatcher interface {
+	Run(ctx context.Context, req dispatch.Request) (dispatch.Summary, error)
+}
+
+var _ Dispatcher = (*dispatch.Engine)(nil)
+
+// Reaper runs one reaper pass; *handler.Reaper is one.
+type Reaper interface {
+	Handle(ctx context.Context, raw json.RawMessage) (handler.ReaperSummary, error)
+}
+
+var _ Reaper = (*handler.Reaper)(nil)
+
+// Connect opens the connection the listener owns; it is closed and opened
+// again when it fails.
+type Connect func(ctx context.Context) (*pgx.Conn, error)
+
+// Config tunes a Server. Zero fields take their defaults, except
+// ReaperInterval.
+type Config struct {
+	// WorkerID names this server in leases and attempts (required).
+	WorkerID string
+	// BatchSize overrides the engine's batch size when positive.
+	BatchSize int
+	// PollInterval is the longest the server stays idle without claiming
+	// (default DefaultPollInterval): it bounds the delay of messages whose
+	// notification was lost and of retries becoming due.
+	PollInterval time.Duration
+	// Debounce is how long a wake-up waits for more commits before claiming
+	// (default DefaultDebounce).
+	Debounce time.Duration
+	// ReaperInterval runs the reaper this often, and once at start; zero
+	// runs no reaper (the reaper function does it).
+	ReaperInterval time.Duration
+	// ShutdownTimeout bounds the batch in hand after Run's context is
+	// cancelled (default DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+	// Log receives the server's own events (default: discarded).
+	Log *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.Debounce <= 0 {
+		c.Debounce = DefaultDebounce
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Totals count what a server has done since it started.
+type Totals struct {
+	Batches   int64 `json:"batches"`
+	Claimed   int64 `json:"claimed"`
+	Delivered int64 `json:"delivered"`
+	Retried   int64 `json:"retried"`
+	Dead      int64 `json:"dead"`
+	LeaseLost int64 `json:"lease_lost"`
+	// Wakeups counts notifications acted on (after coalescing), Polls the
+	// drains the poll timer started.
+	Wakeups int64 `json:"wakeups"`
+	Polls   int64 `json:"polls"`
+	// Reconnects counts LISTEN connections after the first.
+	Reconnects int64 `json:"reconnects"`
+}
+
+// Server is a long-running dispatcher. Build it with New (or Open), then
+// Run it once.
+type Server struct {
+	cfg        Config
+	dispatcher Dispatcher
+	reaper     Reaper
+	connect    Connect
+
+	// wake holds at most one pending wake-up: that is the coalescing.
+	wake      chan struct{}
+	listening chan struct{}
+	listenOne sync.Once
+
+	batches, claimed, delivered, retried, dead, leaseLost atomic.Int64
+	wakeups, polls, reconnects                            atomic.Int64
+}
+
+// New returns a server. reaper may be nil when cfg.ReaperInterval is zero;
+// connect may be nil to poll only.
+func New(cfg Config, d Dispatcher, reaper Reaper, connect Connect) (*Server, error) {
+	cfg = cfg.withDefaults()
+	switch {
+	case cfg.WorkerID == "":
+		return nil, errors.New("serve: a worker id is required")
+	case d == nil:
+		return nil, errors.New("serve: a dispatcher is required")
+	case cfg.ReaperInterval < 0:
+		return nil, fmt.Errorf("serve: the reaper interval must not be negative, got %s", cfg.ReaperInterval)
+	case cfg.ReaperInterval > 0 && reaper == nil:
+		return nil, errors.New("serve: a reaper interval without a reaper")
+	}
+	return &Server{
+		cfg: cfg, dispatcher: d, reaper: reaper, connect: connect,
+		wake: make(chan struct{}, 1), listening: make(chan struct{}),
+	}, nil
+}
+
+// Listening is closed once the listener has subscribed to Channel for the
+// first time.
+func (s *Server) Listening() <-chan struct{} { return s.listening }
+
+// Totals returns the counts so far.
+func (s *Server) Totals() Totals {
+	return Totals{
+		Batches: s.batches.Load(), Claimed: s.claimed.Load(), Delivered: s.delivered.Load(),
+		Retried: s.retried.Load(), Dead: s.dead.Load(), LeaseLost: s.leaseLost.Load(),
+		Wakeups: s.wakeups.Load(), Polls: s.polls.Load(), Reconnects: s.reconnects.Load(),
+	}
+}
+
+// Run serves until ctx is cancelled, then finishes the batch in hand (see
+// the package documentation) and returns nil.
+func (s *Server) Run(ctx context.Context) error {
+	log := s.cfg.Log
+	// work outlives ctx: cancelling ctx stops claiming, while the batch in
+	// hand is published under work, cancelled only ShutdownTimeout later.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var hardStop *time.Timer
+	var hardStopMu sync.Mutex
+	stopWatching := context.AfterFunc(ctx, func() {
+		hardStopMu.Lock()
+		defer hardStopMu.Unlock()
+		hardStop = time.AfterFunc(s.cfg.ShutdownTimeout, func() {
+			log.Warn("shutdown timeout: cancelling the batch in hand; it is completed as retryable",
+				"shutdown_timeout", s.cfg.ShutdownTimeout.String())
+			cancelWork()
+		})
+	})
+	defer func() {
+		stopWatching()
+		hardStopMu.Lock()
+		if hardStop != nil {
+			hardStop.Stop()
+		}
+		hardStopMu.Unlock()
+	}()
+
+	log.Info("serve started", "worker_id", s.cfg.WorkerID, "channel", Channel,
+		"poll_interval", s.cfg.PollInterval.String(), "debounce", s.cfg.Debounce.String(),
+		"reaper_interval", s.cfg.ReaperInterval.String(), "shutdown_timeout", s.cfg.ShutdownTimeout.String())
+
+	var wg sync.WaitGroup
+	if s.connect != nil {
+		wg.Go(func() { s.listen(ctx) })
+	}
+	if s.reaper != nil {
+		wg.Go(func() { s.reap(ctx) })
+	}
+	s.dispatchLoop(ctx, work)
+	wg.Wait()
+
+	t := s.Totals()
+	log.Info("serve stopped", "worker_id", s.cfg.WorkerID, "batches", t.Batches, "claimed", t.Claimed,
+		"delivered", t.Delivered, "retried", t.Retried, "dead", t.Dead, "lease_lost", t.LeaseLost,
+		"wakeups", t.Wakeups, "polls", t.Polls, "reconnects", t.Reconnects)
+	return nil
+}
+
+// notify records a wake-up; one already pending absorbs it.
+func (s *Server) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) dispatchLoop(ctx, work context.Context) {
+	// The first drain happens at once: there may be a backlog.
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	var failures int
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+			s.wakeups.Add(1)
+			if !sleep(ctx, s.cfg.Debounce) {
+				return
+			}
+		case <-poll.C:
+			s.polls.Add(1)
+		}
+		if err := s.drain(ctx, work); err != nil {
+			failures++
+			delay := min(firstReconnectDelay<<min(failures, 8), s.cfg.PollInterval, lastReconnectDelay)
+			s.cfg.Log.Error("dispatch failed; trying again", "error", err.Error(), "retry_in", delay.String())
+			if !sleep(ctx, delay) {
+				return
+			}
+		} else {
+			failures = 0
+		}
+		poll.Reset(s.cfg.PollInterval)
+	}
+}
+
+// drain claims batch after batch until one comes back short, or ctx is
+// cancelled. Each run claims one batch, so that a cancellation is noticed
+// between batches and never interrupts one.
+func (s *Server) drain(ctx, work context.Context) error {
+	for ctx.Err() == nil {
+		sum, err := s.dispatcher.Run(work, dispatch.Request{
+			WorkerID: s.cfg.WorkerID, BatchSize: s.cfg.BatchSize, MaxBatches: 1, Log: s.cfg.Log,
+		})
+		s.record(sum)
+		if err != nil {
+			return err
+		}
+		if sum.StoppedBy != dispatch.StoppedMaxBatches {
+			return nil // short batch: drained
+		}
+	}
+	return nil
+}
+
+func (s *Server) record(sum dispatch.Summary) {
+	if sum.Claimed == 0 {
+		return
+	}
+	s.batches.Add(int64(sum.Batches))
+	s.claimed.Add(int64(sum.Claimed))
+	s.delivered.Add(int64(sum.Delivered))
+	s.retried.Add(int64(sum.Retried))
+	s.dead.Add(int64(sum.Dead))
+	s.leaseLost.Add(int64(sum.LeaseLost))
+	s.cfg.Log.Debug("batch done", "worker_id", sum.WorkerID, "claimed", sum.Claimed, "delivered", sum.Delivered,
+		"retried", sum.Retried, "dead", sum.Dead, "lease_lost", sum.LeaseLost, "duration_ms", sum.DurationMS)
+}
+
+// listen keeps one connection subscribed to Channel and turns each
+// notification into a wake-up, reconnecting with backoff when the
+// connection fails.
+func (s *Server) listen(ctx context.Context) {
+	delay := firstReconnectDelay
+	for connections := 0; ctx.Err() == nil; {
+		conn, err := s.subscribe(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.cfg.Log.Warn("cannot listen for notifications; polling meanwhile", "error", err.Error(),
+				"retry_in", delay.String(), "poll_interval", s.cfg.PollInterval.String())
+			if !sleep(ctx, delay) {
+				return
+			}
+			delay = min(delay*2, lastReconnectDelay)
+			continue
+		}
+		delay = firstReconnectDelay
+		if connections++; connections > 1 {
+			s.reconnects.Add(1)
+			s.cfg.Log.Info("listening for notifications again", "channel", Channel)
+		} else {
+			s.cfg.Log.Info("listening for notifications", "channel", Channel)
+		}
+		s.listenOne.Do(func() { close(s.listening) })
+		// Whatever was committed while no one listened was announced to
+		// no one: drain once to catch up.
+		s.notify()
+		err = s.receive(ctx, conn)
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = conn.Close(closeCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		s.cfg.Log.Warn("lost the notification connection; polling until it is back", "error", err.Error(),
+			"poll_interval", s.cfg.PollInterval.String())
+	}
+}
+
+func (s *Server) subscribe(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("LISTEN %s: %w", Channel, err)
+	}
+	return conn, nil
+}
+
+// receive waits for notifications until the connection fails or ctx ends.
+func (s *Server) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		s.notify()
+	}
+}
+
+// reap runs the reaper at once and then every ReaperInterval.
+func (s *Server) reap(ctx context.Context) {
+	ticker := time.NewTicker(s.cfg.ReaperInterval)
+	defer ticker.Stop()
+	for {
+		// The reaper handler logs its own summary and failures.
+		if _, err := s.reaper.Handle(ctx, nil); err != nil && ctx.Err() == nil {
+			s.cfg.Log.Error("reaper failed", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// sleep waits d, or returns false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
