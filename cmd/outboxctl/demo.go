@@ -32,7 +32,6 @@ import (
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/publish/webhook"
 	"github.com/outboxkit/dispatcher/shared/sink"
 )
 
@@ -377,12 +376,16 @@ func demoEnv(g *globalOptions, vars map[string]string, logs io.Writer, awsCfg *a
 	return handler.Env{Getenv: getenv, ReadFile: os.ReadFile, Stdout: logs, AWS: awsCfg}
 }
 
+// demoWebhookConcurrency is the sink route's target.concurrency: one signed
+// POST per message, so it, not the outbox, bounds the run's throughput.
+const demoWebhookConcurrency = 32
+
 func demoRoutes(sinkURL string, awsRoutes []map[string]any) string {
 	routes := []map[string]any{{
 		"name":  "usage-webhook",
 		"match": map[string]string{"namespace": "billing", "topic": "*"},
 		"target": map[string]any{"type": "http", "url": sinkURL, "signing_secret_env": sinkSecretVariable,
-			"timeout": "5s"},
+			"timeout": "5s", "concurrency": demoWebhookConcurrency},
 		// Quick retries, so the demo's injected failures resolve within
 		// the run; production routes back off for minutes.
 		"retry": map[string]any{"max_attempts": 8, "base_delay": "50ms", "max_delay": "500ms"},
@@ -550,8 +553,8 @@ func printDemoSummary(w io.Writer, rep demoReport, server *demoServer, dbURL str
 	row("dead", "%s (the poison messages, refused by the plugin: replay them once fixed)", count(rep.Dead))
 	row("duplicates suppressed", "%s at enqueue (same dedupe key), %s at the sink (same webhook-id)", count(rep.EnqueueDedupe), count(rep.Sink.Duplicates))
 	row("ordering", "%s ordered messages, %d out of order", count(rep.Ordered), rep.Sink.OrderViolations)
-	row("throughput", "%s messages/s (%s in %.1fs; the webhook plugin keeps %d requests in flight, each a signed POST and a PostgreSQL transaction at the receiver)",
-		count(int(rep.ThroughputPerSec)), count(rep.Delivered), rep.DispatchSeconds, webhook.DefaultConcurrency)
+	row("throughput", "%s messages/s (%s in %.1fs; the webhook route keeps %d requests in flight, each a signed POST and a PostgreSQL transaction at the receiver)",
+		count(int(rep.ThroughputPerSec)), count(rep.Delivered), rep.DispatchSeconds, demoWebhookConcurrency)
 	row("latency p50 / p99", "%s / %s from enqueue to delivery at the sink (all enqueued up front, so mostly time queued)",
 		millis(rep.LatencyP50Millis), millis(rep.LatencyP99Millis))
 	row("took", "%.1fs in all", rep.TotalSeconds)

@@ -61,6 +61,7 @@
 //	routes[].target                      object        required
 //	routes[].target.type                 string        required
 //	routes[].target.timeout              duration      default 10s
+//	routes[].target.concurrency          integer       default 8
 //	routes[].target.topic_arn            string        required (sns)
 //	routes[].target.message_group_id     string        (sns)
 //	routes[].target.event_bus            string        required (eventbridge)
@@ -114,6 +115,11 @@
 //   - target: exactly one target; a field of another target type (topic_arn
 //     on an http target) is an error. target.timeout, common to all types,
 //     bounds each call to the target: more than 0, at most 5m.
+//     target.concurrency, also common, is the calls to the target in flight
+//     at once within a batch (1-256, default 8): with SNS and EventBridge
+//     each call carries up to 10 messages, with webhooks and Lambda one, so
+//     a target's throughput is at most concurrency × messages per call /
+//     call latency.
 //
 // An sns target publishes with SNS PublishBatch:
 //

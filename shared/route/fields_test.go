@@ -82,16 +82,16 @@ func TestFieldsMatchTheDecodingStructs(t *testing.T) {
 var fullRoutes = map[string]string{
 	TypeSNS: `{"name": "n", "match": {"namespace": "a", "topic": "b"}, "retry": {"max_attempts": 3, "base_delay": "2s", "max_delay": "1m"},
 		"max_payload_bytes": 1000, "schema": {"type": "object"},
-		"target": {"type": "sns", "timeout": "3s", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "g"}}`,
+		"target": {"type": "sns", "timeout": "3s", "concurrency": 4, "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "g"}}`,
 	TypeEventBridge: `{"name": "n", "match": {"namespace": "a", "topic": "b"}, "retry": {"max_attempts": 3, "base_delay": "2s", "max_delay": "1m"},
 		"max_payload_bytes": 1000, "schema": {"type": "object"},
-		"target": {"type": "eventbridge", "timeout": "3s", "event_bus": "default", "source": "s.{namespace}", "detail_type": "d.{topic}"}}`,
+		"target": {"type": "eventbridge", "timeout": "3s", "concurrency": 4, "event_bus": "default", "source": "s.{namespace}", "detail_type": "d.{topic}"}}`,
 	TypeHTTP: `{"name": "n", "match": {"namespace": "a", "topic": "b"}, "retry": {"max_attempts": 3, "base_delay": "2s", "max_delay": "1m"},
 		"max_payload_bytes": 1000, "schema": {"type": "object"},
-		"target": {"type": "http", "timeout": "3s", "url": "http://127.0.0.1:8080/x", "signing_secret_env": "S", "headers": {"X-A": "b"}, "allow_insecure_http": true}}`,
+		"target": {"type": "http", "timeout": "3s", "concurrency": 4, "url": "http://127.0.0.1:8080/x", "signing_secret_env": "S", "headers": {"X-A": "b"}, "allow_insecure_http": true}}`,
 	TypeLambda: `{"name": "n", "match": {"namespace": "a", "topic": "b"}, "retry": {"max_attempts": 3, "base_delay": "2s", "max_delay": "1m"},
 		"max_payload_bytes": 1000, "schema": {"type": "object"},
-		"target": {"type": "lambda", "timeout": "3s", "function": "f"}}`,
+		"target": {"type": "lambda", "timeout": "3s", "concurrency": 4, "function": "f"}}`,
 }
 
 // withoutField removes a field (a path below routes[]) from a route.
@@ -119,6 +119,7 @@ func withoutField(t *testing.T, route, path string) string {
 var defaultOf = map[string]func(r *Route) string{
 	"routes[].name":                       func(r *Route) string { return strings.Replace(r.Name, "0", "<index>", 1) },
 	"routes[].target.timeout":             func(r *Route) string { return formatDuration(r.Timeout) },
+	"routes[].target.concurrency":         func(r *Route) string { return strconv.Itoa(r.Target.Concurrency) },
 	"routes[].target.source":              func(r *Route) string { return r.Target.Source },
 	"routes[].target.detail_type":         func(r *Route) string { return r.Target.DetailType },
 	"routes[].target.allow_insecure_http": func(r *Route) string { return strconv.FormatBool(r.Target.AllowInsecureHTTP) },

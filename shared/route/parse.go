@@ -211,8 +211,9 @@ type matchConfig struct {
 }
 
 type targetConfig struct {
-	Type    string  `json:"type"`
-	Timeout *string `json:"timeout"`
+	Type        string  `json:"type"`
+	Timeout     *string `json:"timeout"`
+	Concurrency *int    `json:"concurrency"`
 
 	TopicARN       string `json:"topic_arn" target:"sns"`
 	MessageGroupID string `json:"message_group_id" target:"sns"`

@@ -150,6 +150,10 @@ type Target struct {
 	// built from a Target alone has them; they are part of Key.
 	Timeout         time.Duration
 	MaxPayloadBytes int
+	// Concurrency is the calls to the target in flight at once within a
+	// batch (target.concurrency). For per-message targets (http, lambda)
+	// it is what bounds throughput: concurrency / call latency.
+	Concurrency int
 
 	// TopicARN is the SNS topic (sns).
 	TopicARN string
@@ -215,10 +219,11 @@ func (t Target) computeKey() string {
 		Function          string            `json:"function,omitempty"`
 		Timeout           string            `json:"timeout,omitempty"`
 		MaxPayloadBytes   int               `json:"max_payload_bytes,omitempty"`
+		Concurrency       int               `json:"concurrency,omitempty"`
 	}{
 		t.Type, t.TopicARN, t.MessageGroupID, t.EventBus, t.Source, t.DetailType,
 		t.URL, t.SigningSecretEnv, t.SigningSecretARN, t.Headers, t.AllowInsecureHTTP,
-		t.Function, durationString(t.Timeout), t.MaxPayloadBytes,
+		t.Function, durationString(t.Timeout), t.MaxPayloadBytes, t.Concurrency,
 	})
 	if err != nil {
 		// Strings, a string map, a bool and an int always marshal.

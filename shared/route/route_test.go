@@ -163,7 +163,7 @@ func TestTargetKey(t *testing.T) {
 	// A hand-built target computes the same key as a parsed one.
 	parsed := table.Routes[0].Target
 	hand := Target{Type: "http", URL: "https://billing.internal/usage", SigningSecretEnv: "BILLING_SECRET",
-		Timeout: 10 * time.Second, MaxPayloadBytes: 1048576}
+		Timeout: 10 * time.Second, MaxPayloadBytes: 1048576, Concurrency: 8}
 	if hand.Key() != parsed.Key() {
 		t.Errorf("hand-built key %s, parsed %s", hand.Key(), parsed.Key())
 	}

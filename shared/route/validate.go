@@ -23,6 +23,11 @@ import (
 const (
 	// DefaultTimeout bounds a target call when the route sets no timeout.
 	DefaultTimeout = 10 * time.Second
+	// DefaultConcurrency is the calls to one target in flight at once when
+	// the route sets none.
+	DefaultConcurrency = 8
+	// MaxConcurrency bounds target.concurrency.
+	MaxConcurrency = 256
 	// MaxTimeout is the longest timeout a route may set: a call that may
 	// take longer cannot finish inside a dispatch invocation's lease.
 	MaxTimeout = 5 * time.Minute
@@ -129,6 +134,7 @@ func buildRoute(i int, rc *routeConfig, ps *problems) (r *Route, matchOK bool) {
 	r.Retry = buildRetry(p+".retry", rc.Retry, ps)
 
 	r.Timeout = DefaultTimeout
+	concurrency := DefaultConcurrency
 	targetType := ""
 	if rc.Target == nil {
 		ps.add(p+".target", "is required: an object with a type (%s) and that type's fields", strings.Join(TargetTypes, ", "))
@@ -136,6 +142,13 @@ func buildRoute(i int, rc *routeConfig, ps *problems) (r *Route, matchOK bool) {
 		targetType = rc.Target.Type
 		if rc.Target.Timeout != nil {
 			r.Timeout = checkTimeout(p+".target.timeout", *rc.Target.Timeout, ps)
+		}
+		if c := rc.Target.Concurrency; c != nil {
+			if *c < 1 || *c > MaxConcurrency {
+				ps.add(p+".target.concurrency", "must be between 1 and %d, got %d", MaxConcurrency, *c)
+			} else {
+				concurrency = *c
+			}
 		}
 		r.Target = buildTarget(p+".target", rc.Target, r.Match, ps)
 	}
@@ -164,6 +177,7 @@ func buildRoute(i int, rc *routeConfig, ps *problems) (r *Route, matchOK bool) {
 	}
 
 	r.Target.Timeout = r.Timeout
+	r.Target.Concurrency = concurrency
 	r.Target.MaxPayloadBytes = r.MaxPayloadBytes
 	r.Target.key = r.Target.computeKey()
 	return r, matchOK

@@ -36,9 +36,6 @@ type Deps struct {
 	Getenv func(string) string
 	// WrapHTTP, when set, wraps each plugin HTTP client (tracing).
 	WrapHTTP func(*http.Client) *http.Client
-	// Concurrency is the number of calls each publisher keeps in flight
-	// (default 8).
-	Concurrency int
 }
 
 // sdkMaxAttempts keeps the SDK's own retries short: the outbox retries with
@@ -49,9 +46,6 @@ const sdkMaxAttempts = 2
 // Build returns a publisher per distinct target of table, keyed by
 // route.Target.Key().
 func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publish.Publisher, error) {
-	if deps.Concurrency <= 0 {
-		deps.Concurrency = 8
-	}
 	awsCfg := deps.AWS.Copy()
 	awsCfg.Retryer = func() aws.Retryer {
 		return retry.AddWithMaxAttempts(retry.NewStandard(), sdkMaxAttempts)
@@ -59,9 +53,13 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 	// One HTTP client for the AWS SDK clients, with enough idle connections
 	// per host for every call in flight: the default of 2 would make each
 	// burst reconnect.
+	inFlight := 0
+	for _, r := range table.Routes {
+		inFlight = max(inFlight, r.Target.Concurrency)
+	}
 	awsCfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.MaxIdleConns = 256
-		t.MaxIdleConnsPerHost = 64
+		t.MaxIdleConns = max(256, 2*inFlight)
+		t.MaxIdleConnsPerHost = max(64, inFlight)
 		t.IdleConnTimeout = 90 * time.Second
 	})
 
@@ -89,7 +87,7 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 			}
 			p, err = snspub.New(snsClient, snspub.Config{
 				TopicARN: t.TopicARN, DefaultGroupID: t.MessageGroupID, MaxMessageBytes: r.MaxPayloadBytes,
-				Timeout: r.Timeout, Concurrency: deps.Concurrency,
+				Timeout: r.Timeout, Concurrency: t.Concurrency,
 			})
 		case "eventbridge":
 			if ebClient == nil {
@@ -97,14 +95,14 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 			}
 			p, err = ebpub.New(ebClient, ebpub.Config{
 				EventBus: t.EventBus, Source: t.Source, DetailType: t.DetailType, MaxEntryBytes: r.MaxPayloadBytes,
-				Timeout: r.Timeout, Concurrency: deps.Concurrency,
+				Timeout: r.Timeout, Concurrency: t.Concurrency,
 			})
 		case "lambda":
 			if lmClient == nil {
 				lmClient = lambda.NewFromConfig(awsCfg)
 			}
 			p, err = lambdainvoke.New(lmClient, lambdainvoke.Config{
-				Function: t.Function, Timeout: r.Timeout, MaxPayloadBytes: r.MaxPayloadBytes, Concurrency: deps.Concurrency,
+				Function: t.Function, Timeout: r.Timeout, MaxPayloadBytes: r.MaxPayloadBytes, Concurrency: t.Concurrency,
 			})
 		case "http":
 			if t.SigningSecretARN != "" && smClient == nil {
@@ -113,13 +111,13 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 			var secret []byte
 			secret, err = webhook.ResolveSecret(ctx, webhook.SecretRef{Env: t.SigningSecretEnv, ARN: t.SigningSecretARN}, deps.Getenv, smClient)
 			if err == nil {
-				client := webhook.NewHTTPClient(deps.Concurrency)
+				client := webhook.NewHTTPClient(t.Concurrency)
 				if deps.WrapHTTP != nil {
 					client = deps.WrapHTTP(client)
 				}
 				p, err = webhook.New(client, webhook.Config{
 					URL: t.URL, Secret: secret, Timeout: r.Timeout, MaxPayloadBytes: r.MaxPayloadBytes,
-					Headers: t.Headers, Concurrency: deps.Concurrency,
+					Headers: t.Headers, Concurrency: t.Concurrency,
 				})
 			}
 		default:
