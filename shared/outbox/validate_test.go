@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateRejectsEachBadField(t *testing.T) {
@@ -46,6 +47,11 @@ func TestValidateRejectsEachBadField(t *testing.T) {
 		{"header value with CRLF", func(m *Message) { m.Headers = map[string]string{"x-req": "a\r\nb"} }, "headers", "control character"},
 		{"header value too long", func(m *Message) { m.Headers = map[string]string{"x-req": strings.Repeat("v", 1025)} }, "headers", "over the limit of 1024"},
 		{"trace header with space", func(m *Message) { m.TraceHeader = "Root=1 2" }, "trace_header", "printable ASCII"},
+		{"number too large for numeric", func(m *Message) { m.Payload = []byte(`{"a":1e1000000}`) }, "payload", "beyond what PostgreSQL's numeric"},
+		{"number one digit past numeric", func(m *Message) { m.Payload = []byte(`[1e131072]`) }, "payload", "numeric"},
+		{"fraction too long for numeric", func(m *Message) { m.Payload = []byte(`[0.1e-16383]`) }, "payload", "numeric"},
+		{"available_at beyond year 9999", func(m *Message) { m.AvailableAt = time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC) }, "available_at", "between the years 1 and 9999"},
+		{"available_at far past pgx's range", func(m *Message) { m.AvailableAt = time.Unix(1<<62, 0) }, "available_at", "between the years"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,6 +78,7 @@ func TestValidateAccepts(t *testing.T) {
 	ok := []Message{
 		{Namespace: "mini-chat", Topic: "usage_snapshot", Payload: []byte(`{"a":1}`)},
 		{Namespace: "a", Topic: "b.c:d/e-f", Payload: []byte("  [1,2,3]")},
+		{Namespace: "n", Topic: "t", Payload: []byte(`{"edge":[1e131071, 0.1e-16382, 123.5e131069, -7, 0.5, "1e999999 in a string"]}`)},
 		{Namespace: "n", Topic: "t", Payload: []byte(`{"emoji":"\ud83d\ude00","escaped":"\\u0000 is text here"}`),
 			TenantID: "t-1", DedupeKey: "t-1/turn/req", OrderingKey: "user-42",
 			Headers: map[string]string{"x-request-id": "abc", "Priority": "high"}, TraceHeader: "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"},

@@ -130,10 +130,12 @@ func (db *DB) LoginAs(t testing.TB, grantedRole string) string {
 	role := "outbox_t_login_" + randomSuffix()
 	admin := connectAdmin(ctx, t)
 	defer admin.Close(ctx)
+	// No GRANT CONNECT: PUBLIC may connect to a new database, and granting
+	// it would update the database's catalog row, which concurrent LoginAs
+	// calls on one database would race for ("tuple concurrently updated").
 	stmts := []string{
 		fmt.Sprintf("CREATE ROLE %s LOGIN", pgx.Identifier{role}.Sanitize()),
 		fmt.Sprintf("GRANT %s TO %s", pgx.Identifier{grantedRole}.Sanitize(), pgx.Identifier{role}.Sanitize()),
-		fmt.Sprintf("GRANT CONNECT ON DATABASE %s TO %s", pgx.Identifier{db.Name}.Sanitize(), pgx.Identifier{role}.Sanitize()),
 	}
 	for _, stmt := range stmts {
 		if _, err := admin.Exec(ctx, stmt); err != nil {
@@ -150,8 +152,8 @@ func (db *DB) LoginAs(t testing.TB, grantedRole string) string {
 		defer admin.Close(ctx)
 		// Connections of this role may still be closing; end them first.
 		_, _ = admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
-		// The grant of CONNECT on the test database is a privilege on a
-		// shared object, which would block the drop: DROP OWNED revokes it.
+		// DROP OWNED revokes whatever a test granted the role, which
+		// would otherwise block the drop.
 		if _, err := admin.Exec(ctx, fmt.Sprintf("DROP OWNED BY %s", pgx.Identifier{role}.Sanitize())); err != nil {
 			t.Logf("pgtest: drop owned by %s: %v", role, err)
 		}
