@@ -176,6 +176,43 @@ func TestSchedulesRetryNothing(t *testing.T) {
 	}
 }
 
+// checkStatements fails every way a policy could grant more than the named
+// resources: a wildcard resource or action, NotResource or NotAction, an
+// AWS managed policy, or a SAM policy template given "*".
+func checkStatements(t *testing.T, owner string, policies *yaml.Node) (resources int) {
+	t.Helper()
+	if policies != nil && policies.Kind == yaml.SequenceNode {
+		for _, item := range policies.Content {
+			switch {
+			case item.Kind == yaml.ScalarNode && item.Tag != "!Ref":
+				t.Errorf("%s: managed policy %q grants more than the listed resources; use inline statements", owner, item.Value)
+			case item.Kind == yaml.MappingNode && len(item.Content) == 2 && item.Content[0].Value != "Statement" && item.Content[0].Value != "Fn::If":
+				t.Errorf("%s: SAM policy template %s: use inline statements with named resources", owner, item.Content[0].Value)
+			}
+		}
+	}
+	walk(policies, "Policies", func(key string, n *yaml.Node) {
+		switch key {
+		case "NotResource", "NotAction", "NotPrincipal":
+			t.Errorf("%s: %s grants everything but a list", owner, key)
+		case "Resource":
+			resources++
+			walk(n, key, func(_ string, v *yaml.Node) {
+				if v.Kind == yaml.ScalarNode && strings.Contains(v.Value, "*") {
+					t.Errorf("%s: Resource %q contains a wildcard", owner, v.Value)
+				}
+			})
+		case "Action":
+			walk(n, key, func(_ string, v *yaml.Node) {
+				if v.Kind == yaml.ScalarNode && strings.Contains(v.Value, "*") {
+					t.Errorf("%s: Action %q is a wildcard", owner, v.Value)
+				}
+			})
+		}
+	})
+	return resources
+}
+
 // No statement may name every resource, nor every action of a service: the
 // functions get exactly the topics, buses, functions and secrets configured.
 func TestPoliciesHaveNoWildcards(t *testing.T) {
@@ -183,35 +220,20 @@ func TestPoliciesHaveNoWildcards(t *testing.T) {
 	tpl := load(t)
 	var statements int
 	for name := range functions {
-		policies := tpl.get("Resources", name, "Properties", "Policies")
-		walk(policies.Node, "Policies", func(key string, n *yaml.Node) {
-			switch key {
-			case "Resource":
-				statements++
-				if n.Kind == yaml.ScalarNode && n.Tag != "!Ref" && n.Tag != "!Sub" && n.Tag != "!GetAtt" {
-					if strings.Contains(n.Value, "*") {
-						t.Errorf("%s: Resource %q is a wildcard", name, n.Value)
-					}
-				}
-				if n.Kind == yaml.ScalarNode && n.Tag == "!Sub" && strings.Contains(n.Value, "*") {
-					t.Errorf("%s: Resource %q contains a wildcard", name, n.Value)
-				}
-			case "Action":
-				if strings.Contains(n.Value, "*") {
-					t.Errorf("%s: Action %q is a wildcard", name, n.Value)
-				}
-			}
-		})
-		if policies.Node != nil {
-			walk(policies.Node, "", func(_ string, n *yaml.Node) {
-				if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.HasSuffix(n.Value, "FullAccess") {
-					t.Errorf("%s: managed policy %s grants far more than needed", name, n.Value)
-				}
-			})
-		}
+		statements += checkStatements(t, name, tpl.get("Resources", name, "Properties", "Policies").Node)
 	}
 	if statements < 6 {
 		t.Errorf("only %d policy statements found: the walk missed them", statements)
+	}
+	// Roles and policies declared outside the functions get the same rules.
+	for _, name := range tpl.get("Resources").keys() {
+		r := tpl.get("Resources", name)
+		if strings.HasPrefix(r.get("Type").str(), "AWS::IAM::") {
+			checkStatements(t, name, r.get("Properties").Node)
+			if arns := r.get("Properties", "ManagedPolicyArns"); arns.Node != nil {
+				t.Errorf("%s: managed policies grant more than the listed resources", name)
+			}
+		}
 	}
 	dispatch := tpl.get("Resources", "DispatchFunction", "Properties", "Policies")
 	var text strings.Builder
@@ -312,5 +334,41 @@ func TestCfnLint(t *testing.T) {
 	out, err := exec.Command(path, "../template.yaml").CombinedOutput()
 	if err != nil {
 		t.Fatalf("cfn-lint template.yaml: %v\n%s", err, out)
+	}
+}
+
+// The parameters that name the resources the policies grant cannot be given
+// a wildcard at deploy time.
+func TestResourceParametersRefuseWildcards(t *testing.T) {
+	t.Parallel()
+	tpl := load(t)
+	good := map[string]string{
+		"SnsTopicArns":       "arn:aws:sns:eu-west-1:123456789012:payments.fifo",
+		"EventBusArns":       "arn:aws:events:eu-west-1:123456789012:event-bus/default",
+		"PluginFunctionArns": "arn:aws:lambda:eu-west-1:123456789012:function:audit-sink",
+		"WebhookSecretArns":  "arn:aws:secretsmanager:eu-west-1:123456789012:secret:billing-hook-AbCdEf",
+		"DatabaseSecretArn":  "arn:aws:secretsmanager:eu-west-1:123456789012:secret:outbox-db-AbCdEf",
+		"DatabaseResourceId": "db-ABCDEFGHIJKLMNOP",
+		"DatabaseUser":       "outbox_lambda",
+	}
+	for param, example := range good {
+		pattern := tpl.get("Parameters", param, "AllowedPattern").str()
+		if pattern == "" {
+			t.Errorf("parameter %s has no AllowedPattern", param)
+			continue
+		}
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			t.Errorf("parameter %s: AllowedPattern does not compile: %v", param, err)
+			continue
+		}
+		if !re.MatchString(example) || !re.MatchString("") {
+			t.Errorf("parameter %s refuses %q or the empty default", param, example)
+		}
+		for _, bad := range []string{"*", "arn:aws:sns:*:*:*", strings.Replace(example, "123456789012", "*", 1), example[:len(example)-3] + "*"} {
+			if bad != example && re.MatchString(bad) {
+				t.Errorf("parameter %s accepts the wildcard %q", param, bad)
+			}
+		}
 	}
 }
