@@ -334,8 +334,12 @@ BEGIN
           AND p.claimed_by = p_worker_id
           AND p.lease_expires_at > now()
           AND (r.outcome <> 'RETRYABLE' OR p.attempt_count >= p_max_attempts)
+        -- A delivered row's payload is not needed past this point: carrying
+        -- it through the CTEs costs more than the delete itself.
         RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
-                  p.payload, p.headers, p.trace_header, p.attempt_count, p.available_at, p.created_at,
+                  CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.payload END AS payload,
+                  CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.headers END AS headers,
+                  p.trace_header, p.attempt_count, p.available_at, p.created_at,
                   r.outcome AS requested,
                   CASE WHEN r.outcome = 'DISPATCHED' THEN 'DISPATCHED' ELSE 'FAILED' END AS outcome,
                   r.error_code, left(r.error_message, 4096) AS error_message, r.target, r.target_ref, r.latency_ms

@@ -171,19 +171,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 		}
 	}
 
-	for {
-		if sum.Batches >= maxBatches {
-			sum.StoppedBy = StoppedMaxBatches
-			return sum, nil
-		}
-		if deadline, ok := ctx.Deadline(); ok && deadline.Sub(e.cfg.Clock()) < e.cfg.SafetyMargin {
-			sum.StoppedBy = StoppedDeadline
-			return sum, nil
-		}
-		if err := ctx.Err(); err != nil {
-			sum.StoppedBy = StoppedDeadline
-			return sum, nil
-		}
+	claim := func() ([]lease.Message, error) {
 		claimCtx, span := e.tracer.Start(ctx, "claim")
 		msgs, err := e.store.ClaimBatch(claimCtx, lease.ClaimParams{
 			WorkerID: req.WorkerID, BatchSize: batchSize, Lease: e.cfg.Lease, Namespaces: namespaces,
@@ -191,21 +179,121 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 		span.SetAttribute("claimed", len(msgs))
 		span.End(err)
 		if err != nil {
-			return sum, fmt.Errorf("dispatch: claim: %w", err)
+			return nil, fmt.Errorf("dispatch: claim: %w", err)
+		}
+		return msgs, nil
+	}
+	// mayClaim says whether another batch may start, or why not.
+	mayClaim := func() (bool, string) {
+		switch deadline, ok := ctx.Deadline(); {
+		case sum.Batches >= maxBatches:
+			return false, StoppedMaxBatches
+		case ok && deadline.Sub(e.cfg.Clock()) < e.cfg.SafetyMargin, ctx.Err() != nil:
+			return false, StoppedDeadline
+		}
+		return true, ""
+	}
+
+	// The run is a pipeline: while batch n is published, batch n-1 is
+	// completed and batch n+1 claimed, so that the two database round trips
+	// hide behind the target's latency instead of adding to it. At most two
+	// batches are leased at once; the safety margin is checked before every
+	// claim, as without the pipeline.
+	var completing chan batchDone // batch n-1's completion, while n publishes
+	settle := func() error {
+		if completing == nil {
+			return nil
+		}
+		done := <-completing
+		completing = nil
+		sum.merge(&done.part)
+		return done.err
+	}
+	finish := func(stoppedBy string, err error) (Summary, error) {
+		if settleErr := settle(); err == nil {
+			err = settleErr
+		}
+		if err == nil {
+			sum.StoppedBy = stoppedBy
+		}
+		return sum, err
+	}
+
+	if ok, why := mayClaim(); !ok {
+		return finish(why, nil)
+	}
+	msgs, err := claim()
+	for {
+		if err != nil {
+			return finish("", err)
 		}
 		if len(msgs) == 0 {
-			sum.StoppedBy = StoppedDrained
-			return sum, nil
+			return finish(StoppedDrained, nil)
 		}
 		sum.Batches++
 		sum.Claimed += len(msgs)
-		if err := e.runBatch(ctx, log, req.WorkerID, msgs, &sum); err != nil {
+
+		stoppedBy := StoppedDrained // a short batch drained the queue
+		var ahead chan claimResult
+		if len(msgs) == batchSize {
+			var ok bool
+			if ok, stoppedBy = mayClaim(); ok {
+				ahead = make(chan claimResult, 1)
+				go func() {
+					next, err := claim()
+					ahead <- claimResult{next, err}
+				}()
+			}
+		}
+
+		items := e.publishBatch(ctx, msgs)
+		if err := settle(); err != nil {
+			// The previous completion failed (the database went away): still
+			// try to record what was just published, then stop. A batch
+			// claimed ahead stays leased until the reaper requeues it.
+			var part Summary
+			if cerr := e.complete(ctx, log, req.WorkerID, items, &part); cerr == nil {
+				sum.merge(&part)
+			}
 			return sum, err
 		}
-		if len(msgs) < batchSize {
-			sum.StoppedBy = StoppedDrained
-			return sum, nil
+		completing = make(chan batchDone, 1)
+		go func() {
+			var part Summary
+			err := e.complete(ctx, log, req.WorkerID, items, &part)
+			completing <- batchDone{part: part, err: err}
+		}()
+
+		if ahead == nil {
+			return finish(stoppedBy, nil)
 		}
+		next := <-ahead
+		msgs, err = next.msgs, next.err
+	}
+}
+
+type claimResult struct {
+	msgs []lease.Message
+	err  error
+}
+
+type batchDone struct {
+	part Summary
+	err  error
+}
+
+// merge adds a batch's figures to the run's.
+func (s *Summary) merge(part *Summary) {
+	s.Delivered += part.Delivered
+	s.Retried += part.Retried
+	s.Dead += part.Dead
+	s.LeaseLost += part.LeaseLost
+	for kind, ts := range part.Targets {
+		into := s.target(kind)
+		into.Delivered += ts.Delivered
+		into.Retried += ts.Retried
+		into.Dead += ts.Dead
+		into.Latencies = append(into.Latencies, ts.Latencies...)
 	}
 }
 
@@ -218,7 +306,9 @@ type pending struct {
 	latency time.Duration
 }
 
-func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, workerID string, msgs []lease.Message, sum *Summary) error {
+// publishBatch routes the claimed messages and publishes them; every item
+// comes back with its result.
+func (e *Engine) publishBatch(ctx context.Context, msgs []lease.Message) []pending {
 	items := make([]pending, len(msgs))
 	groups := map[string][]int{} // target key → indexes into items, in claim order
 	var order []string
@@ -246,7 +336,7 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, workerID string
 	}
 
 	e.publishGroups(ctx, items, groups, order)
-	return e.complete(ctx, log, workerID, items, sum)
+	return items
 }
 
 // publishGroups publishes each target's messages, several targets at once.

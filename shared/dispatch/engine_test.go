@@ -370,3 +370,89 @@ func TestMissingPublisherFailsTheColdStart(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// recordingStore wraps the real store and notes when claims and
+// completions start, so that a test can see what overlapped what.
+type recordingStore struct {
+	*lease.Store
+	mu       sync.Mutex
+	events   []string
+	claimed  chan struct{} // one value per claim started
+	complete chan struct{} // one value per completion started
+}
+
+func (s *recordingStore) note(e string) {
+	s.mu.Lock()
+	s.events = append(s.events, e)
+	s.mu.Unlock()
+}
+
+func (s *recordingStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error) {
+	s.note("claim")
+	s.claimed <- struct{}{}
+	return s.Store.ClaimBatch(ctx, p)
+}
+
+func (s *recordingStore) CompleteBatch(ctx context.Context, w string, r []lease.Result) ([]lease.Completion, error) {
+	s.note("complete")
+	s.complete <- struct{}{}
+	return s.Store.CompleteBatch(ctx, w, r)
+}
+
+// gatedTarget holds each publish until the event it waits for has happened.
+type gatedTarget struct {
+	store *recordingStore
+	calls int
+}
+
+func (g *gatedTarget) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+	g.calls++
+	g.store.note(fmt.Sprintf("publish %d", g.calls))
+	wait := func(ch chan struct{}, what string) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(10 * time.Second):
+			g.store.note("timed out waiting for " + what)
+			return false
+		}
+	}
+	// Publishing batch n must not wait for batch n+1's claim nor batch n-1's
+	// completion: both run while it publishes.
+	wait(g.store.claimed, "the next claim")
+	if g.calls > 1 {
+		wait(g.store.complete, "the previous completion")
+	}
+	return publish.Fill(len(msgs), publish.Ok("ok"))
+}
+
+func TestRunOverlapsDatabaseCallsWithPublishing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, 30, billingMsg)
+	rec := &recordingStore{Store: f.store, claimed: make(chan struct{}, 10), complete: make(chan struct{}, 10)}
+	// The first claim is not overlapped: drain its signal.
+	gate := &gatedTarget{store: rec}
+	pubs := map[string]publish.Publisher{f.table.Routes[0].Target.Key(): gate, f.table.Routes[1].Target.Key(): f.payment}
+	e, err := dispatch.New(dispatch.Config{BatchSize: 10}, rec, f.table, pubs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-rec.claimed }() // the first claim happens before any publish
+	sum, err := e.Run(context.Background(), dispatch.Request{WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	events := strings.Join(rec.events, ", ")
+	rec.mu.Unlock()
+	if strings.Contains(events, "timed out") {
+		t.Fatalf("publishing waited for a database call that should have run alongside it: %s", events)
+	}
+	if sum.Delivered != 30 || sum.Batches != 3 || sum.StoppedBy != dispatch.StoppedDrained {
+		t.Fatalf("summary %+v (events %s)", sum, events)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'DISPATCHED'`); n != 30 {
+		t.Fatalf("%d DISPATCHED attempts, want 30", n)
+	}
+}

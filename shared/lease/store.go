@@ -110,10 +110,20 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error
 			m                               Message
 			tenant, dedupe, ordering, trace *string
 			sequence                        *int64
+			headers                         []byte
 		)
+		// The payload is scanned as raw bytes: scanning jsonb into a
+		// json.RawMessage would run json.Unmarshal over every payload, about
+		// half of a dispatcher's CPU, to copy what PostgreSQL already
+		// guarantees is valid JSON.
 		if err := rows.Scan(&m.ID, &m.Namespace, &m.Topic, &tenant, &dedupe, &ordering, &sequence,
-			&m.Payload, &m.Headers, &trace, &m.Attempt, &m.LeaseToken, &m.LeaseExpiresAt, &m.CreatedAt); err != nil {
+			(*[]byte)(&m.Payload), &headers, &trace, &m.Attempt, &m.LeaseToken, &m.LeaseExpiresAt, &m.CreatedAt); err != nil {
 			return nil, translate("claim", err)
+		}
+		if len(headers) > 2 { // not "{}"
+			if err := json.Unmarshal(headers, &m.Headers); err != nil {
+				return nil, translate("claim", fmt.Errorf("headers of message %s: %w", m.ID, err))
+			}
 		}
 		m.TenantID, m.DedupeKey, m.OrderingKey, m.TraceHeader = deref(tenant), deref(dedupe), deref(ordering), deref(trace)
 		if sequence != nil {

@@ -751,3 +751,41 @@ func TestInvalidCallsAreRefusedWhole(t *testing.T) {
 		t.Fatal("refused completions changed leases")
 	}
 }
+
+func TestClaimReturnsPayloadAndHeadersIntact(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	enqueue(t, db.Pool, 2, func(i int) outbox.Message {
+		m := plain(i)
+		m.Payload = json.RawMessage(fmt.Sprintf(`{"n": %d, "nested": {"a": [1, 2.5, "x\u00e9"]}}`, i))
+		if i == 0 {
+			m.Headers = map[string]string{"x-request-id": "r-1", "priority": "high"}
+		}
+		return m
+	})
+	msgs, err := lease.NewStore(db.Pool).ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 2, Lease: time.Minute})
+	if err != nil || len(msgs) != 2 {
+		t.Fatalf("claim: %v (%d)", err, len(msgs))
+	}
+	for _, m := range msgs {
+		var got map[string]any
+		if err := json.Unmarshal(m.Payload, &got); err != nil {
+			t.Fatalf("claimed payload %q is not JSON: %v", m.Payload, err)
+		}
+		nested, _ := got["nested"].(map[string]any)
+		if a, _ := nested["a"].([]any); len(a) != 3 || a[2] != "xé" {
+			t.Fatalf("claimed payload %s lost content", m.Payload)
+		}
+		switch got["n"] {
+		case float64(0):
+			if m.Headers["x-request-id"] != "r-1" || m.Headers["priority"] != "high" || len(m.Headers) != 2 {
+				t.Errorf("headers %v", m.Headers)
+			}
+		default:
+			if len(m.Headers) != 0 {
+				t.Errorf("a message without headers claimed with %v", m.Headers)
+			}
+		}
+	}
+}
