@@ -1,0 +1,104 @@
+// Command compare runs the outbox dispatcher's comparison with River,
+// watermill-sql and the bare-SQL floor on one PostgreSQL server, prints one
+// table of every figure, and writes docs/BENCHMARKS.md and its plot.
+//
+//	go run ./cmd/compare                 # from bench/: the full run
+//	go run ./cmd/compare -quick          # a smaller run, written to $TMPDIR/outbox-bench-quick
+//
+// It is a program that prints figures, never a test: nothing here fails on
+// a slow machine, only on a broken one.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/outboxkit/dispatcher/bench/internal/report"
+	"github.com/outboxkit/dispatcher/bench/internal/suite"
+)
+
+const plotFile = "benchmarks.png"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	quickDefault, _ := strconv.ParseBool(os.Getenv("BENCH_QUICK"))
+	var (
+		dbURL    = flag.String("database-url", firstSet(os.Getenv("OUTBOX_BENCH_DATABASE_URL"), os.Getenv("OUTBOX_TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL superuser URL (it creates and drops outbox_bench_* databases)")
+		quick    = flag.Bool("quick", quickDefault, "a smaller, faster run (env BENCH_QUICK)")
+		messages = flag.Int("messages", envInt("BENCH_MESSAGES", 0), "messages per system (env BENCH_MESSAGES; default 200000, quick 20000)")
+		payload  = flag.Int("payload-bytes", envInt("BENCH_PAYLOAD_BYTES", 0), "payload size in bytes (env BENCH_PAYLOAD_BYTES; default 512)")
+		docs     = flag.String("docs", os.Getenv("BENCH_DOCS"), "directory for BENCHMARKS.md and the plot (env BENCH_DOCS; default ../docs, or $TMPDIR/outbox-bench-quick for a quick run)")
+	)
+	flag.Parse()
+
+	cfg := suite.Defaults(*dbURL, *quick)
+	if *messages > 0 {
+		cfg.Spec.Messages = *messages
+	}
+	if *payload > 0 {
+		if *payload < 128 {
+			return fmt.Errorf("-payload-bytes must be at least 128, got %d", *payload)
+		}
+		cfg.Spec.PayloadBytes = *payload
+	}
+	dir := *docs
+	if dir == "" {
+		dir = "../docs"
+		if cfg.Quick {
+			dir = filepath.Join(os.TempDir(), "outbox-bench-quick")
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := suite.Run(ctx, cfg, os.Stderr)
+	if err != nil {
+		return err
+	}
+	// make bench-compare passes the time it started, before the build.
+	if sec, err := strconv.ParseInt(os.Getenv("BENCH_MAKE_STARTED"), 10, 64); err == nil && sec > 0 {
+		res.WallClock = time.Since(time.Unix(sec, 0))
+	}
+	fmt.Println()
+	report.Table(os.Stdout, res)
+	if err := report.Plot(res, filepath.Join(dir, plotFile)); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	md := filepath.Join(dir, "BENCHMARKS.md")
+	if err := os.WriteFile(md, []byte(report.Markdown(res, plotFile)), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s and %s\n", md, filepath.Join(dir, plotFile))
+	return nil
+}
+
+func firstSet(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,216 @@
+// Package floor drives the outbox state machine as bare SQL: the claim and
+// completion statements that outbox.claim_batch and outbox.complete_batch
+// run inside, sent straight over the wire protocol with no function, no
+// JSON document and no decoding of the rows — a loop that only hands each
+// claimed batch's ids and lease tokens back. Its rate is the floor the
+// dispatch engine can approach; the gap is overhead the project owns.
+package floor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkit/dispatcher/bench/internal/latency"
+	"github.com/outboxkit/dispatcher/bench/internal/scratch"
+)
+
+// ClaimSQL is claim_batch's statement: due, unleased rows in
+// (next_attempt_at, id) order, locked with SKIP LOCKED and leased with a
+// fresh token, every column a dispatcher needs returned.
+const ClaimSQL = `WITH candidate AS (
+    SELECT p.id
+    FROM outbox.pending p
+    WHERE p.lease_token IS NULL
+      AND p.next_attempt_at <= now()
+      AND (p.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM outbox.pending head
+            WHERE head.ordering_key = p.ordering_key AND head.sequence_id < p.sequence_id))
+    ORDER BY p.next_attempt_at, p.id
+    LIMIT $2
+    FOR UPDATE OF p SKIP LOCKED
+)
+UPDATE outbox.pending p
+SET claimed_by = $1, lease_token = gen_random_uuid(),
+    lease_expires_at = now() + interval '5 minutes', attempt_count = p.attempt_count + 1
+FROM candidate c
+WHERE p.id = c.id
+RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+          p.payload, p.headers, p.trace_header, p.attempt_count, p.lease_token,
+          p.lease_expires_at, p.created_at`
+
+// CompleteSQL is complete_batch's DISPATCHED path: delete each row still
+// leased to this worker, under a token of this batch and not expired, and
+// append its attempt. Ids and tokens come as two arrays instead of a JSON
+// document. Both are matched with = ANY, so that the primary key drives the
+// delete and each row's token is a hash probe: a join with unnest() of the
+// arrays is planned from statistics gathered while nothing was leased
+// (claimed_by all NULL) and loops over the whole batch for every row. Lease
+// tokens are random UUIDs, one per row and claim, so a row matches only
+// under its own token, as with complete_batch's pairwise check.
+const CompleteSQL = `WITH removed AS (
+    DELETE FROM outbox.pending p
+    WHERE p.id = ANY ($2::uuid[]) AND p.lease_token = ANY ($3::uuid[])
+      AND p.claimed_by = $1 AND p.lease_expires_at > now()
+    RETURNING p.id, p.attempt_count, p.namespace, p.topic, p.tenant_id, p.dedupe_key,
+              p.ordering_key, p.sequence_id
+)
+INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                             dedupe_key, ordering_key, sequence_id, target, latency_ms)
+SELECT x.id, x.attempt_count, 'DISPATCHED', $1, x.namespace, x.topic, x.tenant_id,
+       x.dedupe_key, x.ordering_key, x.sequence_id, 'floor', 0
+FROM removed x`
+
+// Result is one floor run.
+type Result struct {
+	Clients         int
+	BatchSize       int
+	Messages        int
+	Elapsed         time.Duration
+	Claim, Complete time.Duration
+	// ClaimLatency and CompleteLatency summarise the calls of full
+	// batches, CycleLatency the two together.
+	ClaimLatency, CompleteLatency, CycleLatency latency.Summary
+	Batches                                     int
+}
+
+// Rate is messages per second.
+func (r Result) Rate() float64 { return float64(r.Messages) / r.Elapsed.Seconds() }
+
+// CycleRate is the rate at the p50 batch cycle (see
+// outboxrun.BurnDownResult.CycleRate).
+func (r Result) CycleRate() float64 {
+	if r.CycleLatency.P50 == 0 {
+		return 0
+	}
+	return float64(r.Clients*r.BatchSize) / r.CycleLatency.P50.Seconds()
+}
+
+// Run drains db's pending queue with clients connections, each looping
+// claim → complete until a claim comes back empty.
+func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, error) {
+	if err := db.Exec(ctx, "VACUUM ANALYZE outbox.pending"); err != nil {
+		return Result{}, err
+	}
+	conns := make([]*pgconn.PgConn, clients)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close(context.Background())
+			}
+		}
+	}()
+	for i := range conns {
+		cfg, err := pgconn.ParseConfig(db.URL)
+		if err != nil {
+			return Result{}, err
+		}
+		// As the outbox functions do: a generic plan cannot see the LIMIT
+		// or the arrays' sizes, and after five executions PostgreSQL may
+		// switch a prepared statement to one (a sort of the whole queue for
+		// the claim, a hash join over it for the completion).
+		cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+		c, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return Result{}, err
+		}
+		conns[i] = c
+		for _, s := range []struct{ name, sql string }{{"claim", ClaimSQL}, {"complete", CompleteSQL}} {
+			if _, err := c.Prepare(ctx, s.name, s.sql, nil); err != nil {
+				return Result{}, fmt.Errorf("prepare %s: %w", s.name, err)
+			}
+		}
+	}
+	type tally struct {
+		messages, batches int
+		claim, complete   time.Duration
+		claims, completes []time.Duration
+		cycles            []time.Duration
+		err               error
+	}
+	tallies := make([]tally, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range conns {
+		wg.Go(func() {
+			t := &tallies[i]
+			worker := []byte(fmt.Sprintf("floor-%d", i))
+			limit := []byte(fmt.Sprint(batchSize))
+			var ids, tokens bytes.Buffer
+			for {
+				ids.Reset()
+				tokens.Reset()
+				ids.WriteByte('{')
+				tokens.WriteByte('{')
+				n := 0
+				began := time.Now()
+				cycle := began
+				rr := c.ExecPrepared(ctx, "claim", [][]byte{worker, limit}, nil, nil)
+				for rr.NextRow() {
+					v := rr.Values()
+					if n > 0 {
+						ids.WriteByte(',')
+						tokens.WriteByte(',')
+					}
+					ids.Write(v[0])
+					tokens.Write(v[11])
+					n++
+				}
+				if _, err := rr.Close(); err != nil {
+					t.err = fmt.Errorf("claim: %w", err)
+					return
+				}
+				took := time.Since(began)
+				t.claim += took
+				if n == batchSize {
+					t.claims = append(t.claims, took)
+				}
+				if n == 0 {
+					return
+				}
+				ids.WriteByte('}')
+				tokens.WriteByte('}')
+				began = time.Now()
+				tag, err := c.ExecPrepared(ctx, "complete", [][]byte{worker, ids.Bytes(), tokens.Bytes()}, nil, nil).Close()
+				took = time.Since(began)
+				t.complete += took
+				if n == batchSize {
+					t.completes = append(t.completes, took)
+					t.cycles = append(t.cycles, time.Since(cycle))
+				}
+				if err != nil {
+					t.err = fmt.Errorf("complete: %w", err)
+					return
+				}
+				if int(tag.RowsAffected()) != n {
+					t.err = fmt.Errorf("complete recorded %d of %d messages", tag.RowsAffected(), n)
+					return
+				}
+				t.messages += n
+				t.batches++
+			}
+		})
+	}
+	wg.Wait()
+	res := Result{Clients: clients, BatchSize: batchSize, Elapsed: time.Since(start)}
+	var claims, completes, cycles []time.Duration
+	for _, t := range tallies {
+		cycles = append(cycles, t.cycles...)
+		claims = append(claims, t.claims...)
+		completes = append(completes, t.completes...)
+		if t.err != nil {
+			return Result{}, t.err
+		}
+		res.Messages += t.messages
+		res.Batches += t.batches
+		res.Claim += t.claim
+		res.Complete += t.complete
+	}
+	res.ClaimLatency, res.CompleteLatency = latency.Summarise(claims), latency.Summarise(completes)
+	res.CycleLatency = latency.Summarise(cycles)
+	return res, nil
+}

@@ -1,0 +1,306 @@
+// Package outboxrun measures this project: the producer's enqueue rate, the
+// dispatch engine's burn-down rate with a no-op target and with a target of
+// fixed latency, and how the claim, the producer's transaction and a
+// dispatch invocation scale.
+package outboxrun
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/bench/internal/latency"
+	"github.com/outboxkit/dispatcher/bench/internal/proposal"
+	"github.com/outboxkit/dispatcher/bench/internal/scratch"
+	"github.com/outboxkit/dispatcher/bench/internal/workload"
+	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/route"
+)
+
+// EnqueueBatchSize is the producer's batch in the enqueue figure.
+const EnqueueBatchSize = 1000
+
+// Namespace and Topic of every benchmark message.
+const (
+	Namespace = "billing"
+	Topic     = "usage_snapshot"
+)
+
+// routesJSON is the route table of the burn-down runs: one catch-all route.
+// Its target is never called: the engine gets an in-process publisher for
+// the route's target key.
+const routesJSON = `{"routes":[{"match":{"namespace":"*","topic":"*"},
+  "target":{"type":"eventbridge","event_bus":"bench"}}]}`
+
+// EnqueueResult is the enqueue figure.
+type EnqueueResult struct {
+	Messages int
+	Elapsed  time.Duration
+	// DedupeKeys says whether every message carried a dedupe key.
+	DedupeKeys bool
+}
+
+// Rate is messages per second.
+func (r EnqueueResult) Rate() float64 { return float64(r.Messages) / r.Elapsed.Seconds() }
+
+// Enqueue writes spec.Messages messages with outbox.EnqueueBatch, in
+// batches of EnqueueBatchSize on one connection, each batch its own
+// transaction, and times it.
+func Enqueue(ctx context.Context, db *scratch.DB, spec workload.Spec, dedupeKeys bool) (EnqueueResult, error) {
+	pool, err := db.Pool(ctx, 1)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	defer pool.Close()
+	payload := workload.Payload(spec.PayloadBytes)
+	batches := make([][]outbox.Message, 0, spec.Messages/EnqueueBatchSize+1)
+	for from := 0; from < spec.Messages; from += EnqueueBatchSize {
+		batch := make([]outbox.Message, 0, EnqueueBatchSize)
+		for i := from; i < min(spec.Messages, from+EnqueueBatchSize); i++ {
+			m := outbox.Message{Namespace: Namespace, Topic: Topic, TenantID: fmt.Sprintf("tenant-%d", i%16), Payload: payload}
+			if dedupeKeys {
+				m.DedupeKey = fmt.Sprintf("tenant-%d/turn-%d/req-1", i%16, i)
+			}
+			batch = append(batch, m)
+		}
+		batches = append(batches, batch)
+	}
+	// Warm the connection and the prepared statement outside the timing.
+	if err := pool.Ping(ctx); err != nil {
+		return EnqueueResult{}, err
+	}
+	start := time.Now()
+	for _, b := range batches {
+		if _, err := outbox.EnqueueBatch(ctx, pool, b); err != nil {
+			return EnqueueResult{}, err
+		}
+	}
+	return EnqueueResult{Messages: spec.Messages, Elapsed: time.Since(start), DedupeKeys: dedupeKeys}, nil
+}
+
+// BurnDownResult is one burn-down run through the engine.
+type BurnDownResult struct {
+	Options  BurnDownOptions
+	Messages int
+	Elapsed  time.Duration
+	// Claim and Complete are the time spent in the two database calls,
+	// summed over dispatchers; ClaimLatency and CompleteLatency summarise
+	// the calls of full batches.
+	Claim, Complete               time.Duration
+	ClaimLatency, CompleteLatency latency.Summary
+	// CycleLatency summarises full batches from the claim's start to the
+	// completion's end.
+	CycleLatency latency.Summary
+	Batches      int
+	// Calls counts the target calls (fixed-latency runs only).
+	Calls int64
+}
+
+// Rate is messages per second.
+func (r BurnDownResult) Rate() float64 { return float64(r.Messages) / r.Elapsed.Seconds() }
+
+// CycleRate is the rate at the p50 batch cycle: the dispatchers' full
+// batches back to back, each as fast as the median one. Other work on the
+// machine moves it far less than it moves Rate.
+func (r BurnDownResult) CycleRate() float64 {
+	if r.CycleLatency.P50 == 0 {
+		return 0
+	}
+	return float64(r.Options.Dispatchers*r.Options.BatchSize) / r.CycleLatency.P50.Seconds()
+}
+
+// BurnDownOptions say how to drain the queue.
+type BurnDownOptions struct {
+	BatchSize   int
+	Dispatchers int
+	// Publisher makes each dispatcher's publisher (NoOp when nil).
+	Publisher func() publish.Publisher
+	// NewStore makes each dispatcher's store on its pool (lease.NewStore
+	// when nil).
+	NewStore func(pool *pgxpool.Pool) dispatch.Store
+	// Pipelined runs proposal.RunPipelined instead of dispatch.Engine.
+	Pipelined bool
+}
+
+// timedStore is a dispatch.Store that times the two database calls.
+type timedStore struct {
+	inner             dispatch.Store
+	batchSize         int
+	claim, complete   time.Duration
+	claims, completes []time.Duration
+	cycles            []time.Duration
+	cycleStart        time.Time
+	batches           int
+}
+
+func (s *timedStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error) {
+	start := time.Now()
+	msgs, err := s.inner.ClaimBatch(ctx, p)
+	took := time.Since(start)
+	s.claim += took
+	if len(msgs) > 0 {
+		s.batches++
+	}
+	s.cycleStart = time.Time{}
+	if len(msgs) == s.batchSize {
+		s.claims = append(s.claims, took)
+		s.cycleStart = start
+	}
+	return msgs, err
+}
+
+func (s *timedStore) CompleteBatch(ctx context.Context, worker string, rs []lease.Result) ([]lease.Completion, error) {
+	start := time.Now()
+	cs, err := s.inner.CompleteBatch(ctx, worker, rs)
+	took := time.Since(start)
+	s.complete += took
+	if len(rs) == s.batchSize && !s.cycleStart.IsZero() {
+		s.completes = append(s.completes, took)
+		s.cycles = append(s.cycles, time.Since(s.cycleStart))
+	}
+	return cs, err
+}
+
+// BurnDown drains db's pending queue with opt.Dispatchers concurrent
+// engines, each with its own pool of one connection (as separate Lambda
+// invocations are), claiming opt.BatchSize at a time. Each engine repeats
+// bounded runs until a claim comes back empty. It checks that every
+// message was delivered.
+func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDownResult, error) {
+	if opt.Publisher == nil {
+		opt.Publisher = NoOp
+	}
+	routes, err := route.Parse([]byte(routesJSON))
+	if err != nil {
+		return BurnDownResult{}, err
+	}
+	key := routes.Routes[0].Target.Key()
+	if err := db.Exec(ctx, "VACUUM ANALYZE outbox.pending"); err != nil {
+		return BurnDownResult{}, err
+	}
+	type worker struct {
+		pool   *pgxpool.Pool
+		store  *timedStore
+		engine *dispatch.Engine
+		pub    publish.Publisher
+	}
+	workers := make([]*worker, opt.Dispatchers)
+	defer func() {
+		for _, w := range workers {
+			if w != nil && w.pool != nil {
+				w.pool.Close()
+			}
+		}
+	}()
+	for i := range workers {
+		pool, err := db.Pool(ctx, 1)
+		if err != nil {
+			return BurnDownResult{}, err
+		}
+		if err := pool.Ping(ctx); err != nil {
+			pool.Close()
+			return BurnDownResult{}, err
+		}
+		var inner dispatch.Store = lease.NewStore(pool)
+		if opt.NewStore != nil {
+			inner = opt.NewStore(pool)
+		}
+		w := &worker{pool: pool, store: &timedStore{inner: inner, batchSize: opt.BatchSize}, pub: opt.Publisher()}
+		workers[i] = w
+		w.engine, err = dispatch.New(dispatch.Config{BatchSize: opt.BatchSize, MaxBatches: 1000},
+			w.store, routes, map[string]publish.Publisher{key: w.pub}, nil)
+		if err != nil {
+			return BurnDownResult{}, err
+		}
+	}
+	var want int
+	if err := workers[0].pool.QueryRow(ctx, "SELECT count(*) FROM outbox.pending").Scan(&want); err != nil {
+		return BurnDownResult{}, err
+	}
+
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		delivered int
+		firstErr  error
+	)
+	start := time.Now()
+	for i, w := range workers {
+		wg.Go(func() {
+			id := fmt.Sprintf("bench-%d", i)
+			if opt.Pipelined {
+				n, err := proposal.RunPipelined(ctx, w.store, proposal.PipelineConfig{
+					WorkerID: id, BatchSize: opt.BatchSize, Lease: dispatch.DefaultLease, Routes: routes,
+					Publishers: map[string]publish.Publisher{key: w.pub}, TargetConcurrency: dispatch.DefaultTargetConcurrency,
+				})
+				mu.Lock()
+				delivered += n
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				return
+			}
+			for {
+				sum, err := w.engine.Run(ctx, dispatch.Request{WorkerID: id})
+				mu.Lock()
+				delivered += sum.Delivered
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				if err != nil || sum.Claimed == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return BurnDownResult{}, firstErr
+	}
+	var left int
+	if err := workers[0].pool.QueryRow(ctx, "SELECT count(*) FROM outbox.pending").Scan(&left); err != nil {
+		return BurnDownResult{}, err
+	}
+	if delivered != want || left != 0 {
+		return BurnDownResult{}, fmt.Errorf("burn-down delivered %d of %d messages, %d left pending", delivered, want, left)
+	}
+	res := BurnDownResult{Options: opt, Messages: delivered, Elapsed: elapsed}
+	var claims, completes, cycles []time.Duration
+	for _, w := range workers {
+		cycles = append(cycles, w.store.cycles...)
+		res.Claim += w.store.claim
+		res.Complete += w.store.complete
+		res.Batches += w.store.batches
+		claims = append(claims, w.store.claims...)
+		completes = append(completes, w.store.completes...)
+		if lp, ok := w.pub.(*latencyPublisher); ok {
+			res.Calls += lp.calls.Load()
+		}
+	}
+	if len(claims) > 0 {
+		res.ClaimLatency = latency.Summarise(claims)
+	}
+	res.CompleteLatency = latency.Summarise(completes)
+	res.CycleLatency = latency.Summarise(cycles)
+	return res, nil
+}
+
+// NoOp is the publisher of the burn-down runs.
+func NoOp() publish.Publisher { return noopPublisher{} }
+
+// FixedLatency returns a publisher whose calls carry perCall messages and
+// take latency each, concurrency at a time.
+func FixedLatency(perCall, concurrency int, latency time.Duration) func() publish.Publisher {
+	return func() publish.Publisher {
+		return &latencyPublisher{PerCall: perCall, Concurrency: concurrency, Latency: latency}
+	}
+}

@@ -1,0 +1,206 @@
+// Package report turns a run's figures into the printed table, the goals
+// with their ratios, docs/BENCHMARKS.md and its plot.
+package report
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/dispatcher/bench/internal/floor"
+	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
+	"github.com/outboxkit/dispatcher/bench/internal/suite"
+)
+
+// Goal is one target with its measured ratio.
+type Goal struct {
+	Name string
+	// Measured explains the ratio's two sides.
+	Measured string
+	Ratio    float64
+	// Target is the bound on Ratio; AtMost flips its direction.
+	Target float64
+	AtMost bool
+	Known  bool
+}
+
+// Met says whether the goal was measured and reached.
+func (g Goal) Met() bool {
+	if !g.Known {
+		return false
+	}
+	if g.AtMost {
+		return g.Ratio <= g.Target
+	}
+	return g.Ratio >= g.Target
+}
+
+// Verdict is "met", "NOT met" or "not measured".
+func (g Goal) Verdict() string {
+	switch {
+	case !g.Known:
+		return "not measured"
+	case g.Met():
+		return "met"
+	default:
+		return "NOT met"
+	}
+}
+
+// Bound is the fixed-latency target's Little's-law bound in messages per
+// second: at most Concurrency calls in flight, PerCall messages each, each
+// call taking Latency: λ = L / W = Concurrency × PerCall / Latency.
+func Bound(c suite.Config) float64 {
+	return float64(c.Concurrency*c.PerCall) / c.Latency.Seconds()
+}
+
+// ShapeCeiling is the best rate any publisher reaches on batches of
+// c.ComparisonBatch: its calls run in whole rounds of Concurrency, so a
+// batch takes ceil(calls / Concurrency) latencies.
+func ShapeCeiling(c suite.Config) float64 {
+	calls := (c.ComparisonBatch + c.PerCall - 1) / c.PerCall
+	rounds := (calls + c.Concurrency - 1) / c.Concurrency
+	return float64(c.ComparisonBatch) / (time.Duration(rounds) * c.Latency).Seconds()
+}
+
+// BestGrid is the fastest engine configuration.
+func BestGrid(r *suite.Results) (outboxrun.BurnDownResult, bool) {
+	var best outboxrun.BurnDownResult
+	for _, g := range r.Grid {
+		if g.Rate() > best.Rate() || best.Messages == 0 {
+			best = g
+		}
+	}
+	return best, best.Messages > 0
+}
+
+// GridAt is the grid's run at one batch size and dispatcher count.
+func GridAt(r *suite.Results, batch, dispatchers int) (outboxrun.BurnDownResult, bool) {
+	for _, g := range r.Grid {
+		if g.Options.BatchSize == batch && g.Options.Dispatchers == dispatchers {
+			return g, true
+		}
+	}
+	return outboxrun.BurnDownResult{}, false
+}
+
+// FloorAt is the floor's run with that many clients.
+func FloorAt(r *suite.Results, clients int) (floor.Result, bool) {
+	for _, f := range r.Floor {
+		if f.Clients == clients {
+			return f, true
+		}
+	}
+	return floor.Result{}, false
+}
+
+// Goals evaluates the goals on r.
+func Goals(r *suite.Results) []Goal {
+	var goals []Goal
+	g := Goal{Name: "burn-down through the engine ≥ 2× River's", Target: 2}
+	e, ok := GridAt(r, r.Config.ComparisonBatch, suite.RiverDispatchers)
+	if ok && r.River.Jobs > 0 {
+		g.Known = true
+		g.Ratio = e.Rate() / r.River.WorkRate()
+		g.Measured = fmt.Sprintf("engine %s (batch %d, %d dispatchers: as many connections as River's pool) / River %s",
+			rate(e.Rate()), e.Options.BatchSize, e.Options.Dispatchers, rate(r.River.WorkRate()))
+		if best, ok := BestGrid(r); ok && best.Rate() > e.Rate() {
+			g.Measured += fmt.Sprintf("; the grid's best, batch %d × %d, is %.2f×", best.Options.BatchSize, best.Options.Dispatchers, best.Rate()/r.River.WorkRate())
+		}
+	}
+	goals = append(goals, g)
+
+	for _, c := range r.Config.FloorClients {
+		g := Goal{Name: fmt.Sprintf("burn-down ≥ 70%% of the SQL floor (%d connection(s))", c), Target: 0.70}
+		e, eok := GridAt(r, r.Config.ComparisonBatch, c)
+		f, fok := FloorAt(r, c)
+		if eok && fok {
+			g.Known = true
+			g.Ratio = e.Rate() / f.Rate()
+			g.Measured = fmt.Sprintf("engine %s (batch %d, %d dispatcher(s)) / floor %s (%d client(s)); at the p50 batch cycle: %s / %s = %.2f",
+				rate(e.Rate()), e.Options.BatchSize, c, rate(f.Rate()), c, rate(e.CycleRate()), rate(f.CycleRate()), e.CycleRate()/f.CycleRate())
+		}
+		goals = append(goals, g)
+	}
+
+	g = Goal{Name: fmt.Sprintf("with a %s target, ≥ 90%% of the Little's-law bound", human(r.Config.Latency)), Target: 0.90}
+	if r.LatencyEngine.Messages > 0 {
+		g.Known = true
+		g.Ratio = r.LatencyEngine.Rate() / Bound(r.Config)
+		g.Measured = fmt.Sprintf("engine %s / bound %s", rate(r.LatencyEngine.Rate()), rate(Bound(r.Config)))
+	}
+	goals = append(goals, g)
+
+	lo, hi, ok := scalingEnds(r)
+	for _, pct := range []string{"p50", "p99"} {
+		g := Goal{Name: fmt.Sprintf("claim latency (%s) at %s pending ≤ 2× at %s pending", pct, count(hi.Pending), count(lo.Pending)), Target: 2, AtMost: true}
+		if ok {
+			a, b := lo.Claim.P50, hi.Claim.P50
+			if pct == "p99" {
+				a, b = lo.Claim.P99, hi.Claim.P99
+			}
+			g.Known = true
+			g.Ratio = float64(b) / float64(a)
+			g.Measured = fmt.Sprintf("%s / %s", msec(b), msec(a))
+		}
+		goals = append(goals, g)
+	}
+
+	g = Goal{Name: "enqueue inside a producer transaction adds ≤ 1 round trip", Target: 1, AtMost: true}
+	if r.Producer.RoundTripsWith > 0 {
+		g.Known = true
+		g.Ratio = float64(r.Producer.AddedRoundTrips())
+		g.Measured = fmt.Sprintf("%d round trips with the Enqueue − %d without", r.Producer.RoundTripsWith, r.Producer.RoundTripsWithout)
+	}
+	goals = append(goals, g)
+	return goals
+}
+
+// scalingEnds are the shallowest and deepest depths without an archive.
+func scalingEnds(r *suite.Results) (lo, hi outboxrun.ClaimScalingResult, ok bool) {
+	for _, s := range r.Scaling {
+		if s.Archive != 0 {
+			continue
+		}
+		if !ok || s.Pending < lo.Pending {
+			lo = s
+		}
+		if !ok || s.Pending > hi.Pending {
+			hi = s
+		}
+		ok = true
+	}
+	return lo, hi, ok && lo.Pending != hi.Pending
+}
+
+func rate(v float64) string { return fmt.Sprintf("%s msgs/s", thousands(v)) }
+
+func thousands(v float64) string {
+	n := int64(v + 0.5)
+	s := fmt.Sprint(n)
+	out := ""
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out += ","
+		}
+		out += string(c)
+	}
+	return out
+}
+
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+func msec(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

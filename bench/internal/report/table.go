@@ -1,0 +1,127 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outboxkit/dispatcher/bench/internal/suite"
+)
+
+// row is one line of the printed table.
+type row struct{ figure, value, note string }
+
+// rows are every figure of r, in the table's order.
+func rows(r *suite.Results) []row {
+	var out []row
+	add := func(figure, value, note string) { out = append(out, row{figure, value, note}) }
+	cfg := r.Config
+	if r.EnqueueDedupe.Messages > 0 {
+		add("outbox enqueue: EnqueueBatch of 1000, dedupe keys", rate(r.EnqueueDedupe.Rate()), "one connection")
+	}
+	if r.EnqueuePlain.Messages > 0 {
+		add("outbox enqueue: EnqueueBatch of 1000, no dedupe keys", rate(r.EnqueuePlain.Rate()), "one connection")
+	}
+	if r.River.Jobs > 0 {
+		add("River insert: InsertManyFast of 1000", rate(r.River.InsertRate()), "one connection")
+	}
+	if r.Watermill.Messages > 0 {
+		add("watermill-sql publish: Publish of 1000", rate(r.Watermill.PublishRate()), "one connection")
+	}
+	for _, f := range r.Floor {
+		add(fmt.Sprintf("SQL floor burn-down: batch %d, %d client(s)", f.BatchSize, f.Clients), rate(f.Rate()),
+			fmt.Sprintf("claim p50 %s, complete p50 %s", msec(f.ClaimLatency.P50), msec(f.CompleteLatency.P50)))
+	}
+	for _, g := range r.Grid {
+		var notes []string
+		if r.River.Jobs > 0 {
+			notes = append(notes, fmt.Sprintf("%.2f× River", g.Rate()/r.River.WorkRate()))
+		}
+		if f, ok := FloorAt(r, g.Options.Dispatchers); ok && g.Options.BatchSize == f.BatchSize {
+			notes = append(notes, fmt.Sprintf("%.0f%% of floor (%d client(s))", 100*g.Rate()/f.Rate(), f.Clients))
+		}
+		add(fmt.Sprintf("engine burn-down: batch %d, %d dispatcher(s)", g.Options.BatchSize, g.Options.Dispatchers), rate(g.Rate()), strings.Join(notes, ", "))
+	}
+	if r.River.Jobs > 0 {
+		add(fmt.Sprintf("River work: %d no-op workers", 2000), rate(r.River.WorkRate()), "")
+	}
+	if w := r.Watermill; w.Messages > 0 {
+		note := ""
+		if w.Stalls > 0 {
+			note = fmt.Sprintf("stalled %s waiting for other transactions on the server; %s without the stalls", w.Stalled.Round(time.Millisecond), rate(w.ActiveRate()))
+		}
+		if w.Consumed < w.Messages {
+			note = fmt.Sprintf("gave up after %d of %d messages; ", w.Consumed, w.Messages) + note
+		}
+		add(fmt.Sprintf("watermill-sql consume: batches of %d, acked", w.SubscribeBatchSize), rate(w.ConsumeRate()), note)
+	}
+	if r.LatencyEngine.Messages > 0 {
+		add(fmt.Sprintf("engine, %s target (%d/call, %d at once), batch %d", human(cfg.Latency), cfg.PerCall, cfg.Concurrency, cfg.ComparisonBatch),
+			rate(r.LatencyEngine.Rate()), fmt.Sprintf("%.0f%% of the bound %s", 100*r.LatencyEngine.Rate()/Bound(cfg), rate(Bound(cfg))))
+	}
+	if r.LatencyPipelined.Messages > 0 {
+		add(fmt.Sprintf("proposal: pipelined engine, same %s target", human(cfg.Latency)), rate(r.LatencyPipelined.Rate()),
+			fmt.Sprintf("%.0f%% of the bound", 100*r.LatencyPipelined.Rate()/Bound(cfg)))
+	}
+	for _, ab := range r.Proposals {
+		for _, v := range ab.Variants {
+			add(fmt.Sprintf("proposal %q: batch %d, %d dispatcher(s), batches in turn", v.Name, ab.Run.Options.BatchSize, ab.Dispatchers),
+				"≈ "+rate(ab.EstimatedRate(v)), fmt.Sprintf("cycle p50 %s: claim %s, complete %s", msec(v.Cycle.P50), msec(v.Claim.P50), msec(v.Complete.P50)))
+		}
+	}
+	for _, s := range r.Scaling {
+		name := fmt.Sprintf("ClaimBatch(%d) at %s pending", cfg.ComparisonBatch, count(s.Pending))
+		if s.Archive > 0 {
+			name += fmt.Sprintf(", %s archived attempts", count(s.Archive))
+		}
+		add(name, fmt.Sprintf("p50 %s, p99 %s", msec(s.Claim.P50), msec(s.Claim.P99)),
+			fmt.Sprintf("CompleteBatch p50 %s, p99 %s", msec(s.Complete.P50), msec(s.Complete.P99)))
+	}
+	if p := r.Producer; p.RoundTripsWith > 0 {
+		add("producer transaction without Enqueue", fmt.Sprintf("p50 %s, p99 %s", msec(p.Without.P50), msec(p.Without.P99)), fmt.Sprintf("%d round trips", p.RoundTripsWithout))
+		add("producer transaction with one Enqueue", fmt.Sprintf("p50 %s, p99 %s", msec(p.With.P50), msec(p.With.P99)),
+			fmt.Sprintf("%d round trips (%d on a connection's first use)", p.RoundTripsWith, p.RoundTripsFirstUse))
+		add("  added by the Enqueue", fmt.Sprintf("p50 %+.2f ms, p99 %+.2f ms", ms(p.AddedP50()), ms(p.AddedP99())), fmt.Sprintf("%+d round trip(s)", p.AddedRoundTrips()))
+	}
+	if m := r.Memory; m.PeakHWM > 0 {
+		add(fmt.Sprintf("dispatch bootstrap, one invocation of %d messages", m.Messages), fmt.Sprintf("VmHWM %.1f MiB", mib(m.PeakHWM)),
+			fmt.Sprintf("%.1f MiB after the cold start; %d PutEvents calls", mib(m.ColdHWM), m.PutEventsCalls))
+	}
+	for _, g := range Goals(r) {
+		v := "-"
+		if g.Known {
+			v = fmt.Sprintf("%.2f", g.Ratio)
+		}
+		bound := "≥"
+		if g.AtMost {
+			bound = "≤"
+		}
+		add("GOAL "+g.Name, v, fmt.Sprintf("%s (%s %.2f) %s", g.Verdict(), bound, g.Target, g.Measured))
+	}
+	for phase, err := range r.Failures {
+		add("FAILED "+phase, "-", oneLine(err))
+	}
+	return out
+}
+
+// Table prints every figure as one table.
+func Table(w io.Writer, r *suite.Results) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "figure\tvalue\tnotes\n")
+	fmt.Fprintf(tw, "------\t-----\t-----\n")
+	for _, x := range rows(r) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", x.figure, x.value, x.note)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d messages of %d bytes per system; run took %s\n", r.Config.Spec.Messages, r.Config.Spec.PayloadBytes, r.Elapsed.Round(1e9))
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}

@@ -1,0 +1,179 @@
+// Package scratch creates and drops the throwaway databases every benchmark
+// runs in: one fresh database per system and run, on the one server, so that
+// no system sees another's tables, bloat or statistics.
+package scratch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/migrations"
+)
+
+// Prefix starts the name of every database this package creates, so that
+// an interrupted run's leftovers are recognisable (and dropped by Sweep).
+const Prefix = "outbox_bench_"
+
+// Server is the PostgreSQL server the benchmarks run on, reached through an
+// administrative (superuser) URL.
+type Server struct {
+	AdminURL string
+}
+
+// DB is one scratch database.
+type DB struct {
+	Name string
+	URL  string
+	srv  *Server
+}
+
+// Create makes an empty database named Prefix+label+random suffix.
+func (s *Server) Create(ctx context.Context, label string) (*DB, error) {
+	return s.create(ctx, label, "")
+}
+
+// CreateFrom makes a database as a copy of template (a database nobody is
+// connected to): the cheap way to give several runs identical data.
+func (s *Server) CreateFrom(ctx context.Context, label, template string) (*DB, error) {
+	return s.create(ctx, label, template)
+}
+
+func (s *Server) create(ctx context.Context, label, template string) (*DB, error) {
+	name := Prefix + label + "_" + suffix()
+	stmt := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		// FILE_COPY copies the files after one checkpoint; WAL_LOG (the
+		// PostgreSQL 15 default) would write the whole copy to the WAL.
+		stmt += " TEMPLATE " + pgx.Identifier{template}.Sanitize() + " STRATEGY = FILE_COPY"
+	}
+	if err := s.exec(ctx, stmt); err != nil {
+		return nil, fmt.Errorf("scratch: %s: %w", stmt, err)
+	}
+	u, err := url.Parse(s.AdminURL)
+	if err != nil {
+		return nil, fmt.Errorf("scratch: parse admin URL: %w", err)
+	}
+	u.Path = "/" + name
+	return &DB{Name: name, URL: u.String(), srv: s}, nil
+}
+
+// CreateMigrated makes an empty database and applies the outbox migrations.
+func (s *Server) CreateMigrated(ctx context.Context, label string) (*DB, error) {
+	db, err := s.Create(ctx, label)
+	if err != nil {
+		return nil, err
+	}
+	m, err := migrations.Open(db.URL)
+	if err != nil {
+		db.Drop()
+		return nil, err
+	}
+	_, err = m.Up(ctx)
+	m.Close()
+	if err != nil {
+		db.Drop()
+		return nil, fmt.Errorf("scratch: migrate %s: %w", db.Name, err)
+	}
+	return db, nil
+}
+
+// Drop removes the database, ending any session still connected to it.
+func (db *DB) Drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = db.srv.exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.Name}.Sanitize()+" WITH (FORCE)")
+}
+
+// Pool opens a pool on the database with at most maxConns connections.
+func (db *DB) Pool(ctx context.Context, maxConns int, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(maxConns)
+	for _, f := range configure {
+		f(cfg)
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// Exec runs statements on one fresh connection to the database.
+func (db *DB) Exec(ctx context.Context, stmts ...string) error {
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// Sweep drops the databases an interrupted earlier run left behind.
+func (s *Server) Sweep(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, s.AdminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'outbox\_bench\_%'`)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check connects once, so that a missing server fails the run at once with
+// the way to start it.
+func (s *Server) Check(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, s.AdminURL)
+	if err != nil {
+		return fmt.Errorf("cannot reach PostgreSQL at %s: %w (start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start)", redacted(s.AdminURL), err)
+	}
+	return conn.Close(ctx)
+}
+
+func (s *Server) exec(ctx context.Context, stmt string) error {
+	conn, err := pgx.Connect(ctx, s.AdminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, stmt)
+	return err
+}
+
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}
+
+func suffix() string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,420 @@
+// Package suite runs the whole comparison — this project, River,
+// watermill-sql and the bare-SQL floor, then the scaling figures and the
+// proposed optimisations — on one server in one run, each system in its own
+// fresh database with the same messages, and collects the figures.
+package suite
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/bench/internal/environment"
+	"github.com/outboxkit/dispatcher/bench/internal/floor"
+	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
+	"github.com/outboxkit/dispatcher/bench/internal/proposal"
+	"github.com/outboxkit/dispatcher/bench/internal/riverrun"
+	"github.com/outboxkit/dispatcher/bench/internal/scratch"
+	"github.com/outboxkit/dispatcher/bench/internal/watermillrun"
+	"github.com/outboxkit/dispatcher/bench/internal/workload"
+	"github.com/outboxkit/dispatcher/shared/dispatch"
+)
+
+// Config is what to run.
+type Config struct {
+	AdminURL string
+	Spec     workload.Spec
+	Quick    bool
+	// BatchSizes and Dispatchers span the engine's burn-down grid.
+	BatchSizes  []int
+	Dispatchers []int
+	// FloorClients are the bare-SQL floor's connection counts.
+	FloorClients []int
+	// ComparisonBatch is the batch of the floor, the proposals and the
+	// fixed-latency runs.
+	ComparisonBatch int
+	// The fixed-latency target: Latency per call, PerCall messages per
+	// call, Concurrency calls at once; LatencyMessages are drained.
+	Latency         time.Duration
+	PerCall         int
+	Concurrency     int
+	LatencyMessages int
+	// The claim scaling figure.
+	Depths        []outboxrun.Depth
+	ScalingWarmup int
+	ScalingCycles int
+	// ProducerSamples transactions of each kind.
+	ProducerSamples int
+	// MemoryMessages is the dispatch invocation's batch.
+	MemoryMessages int
+	// WatermillBatch is watermill-sql's SubscribeBatchSize;
+	// WatermillMaxStall bounds the time its subscriber may wait for other
+	// transactions on the server (see watermillrun.Result.Stalled).
+	WatermillBatch    int
+	WatermillMaxStall time.Duration
+}
+
+// Defaults returns the full run's configuration, or the quick run's.
+func Defaults(adminURL string, quick bool) Config {
+	c := Config{
+		AdminURL: adminURL, Spec: workload.Spec{Messages: 200_000, PayloadBytes: 512},
+		BatchSizes: []int{100, 500, 1000}, Dispatchers: []int{1, 2, 4}, FloorClients: []int{1, 2},
+		ComparisonBatch: 1000,
+		Latency:         20 * time.Millisecond, PerCall: 10, Concurrency: 8, LatencyMessages: 20_000,
+		Depths: []outboxrun.Depth{
+			{Pending: 1_000}, {Pending: 100_000}, {Pending: 1_000_000}, {Pending: 100_000, Archive: 10_000_000},
+		},
+		ScalingWarmup: 10, ScalingCycles: 300,
+		ProducerSamples: 1000, MemoryMessages: 1000, WatermillBatch: 1000, WatermillMaxStall: 60 * time.Second,
+	}
+	if quick {
+		c.Quick = true
+		c.Spec.Messages = 20_000
+		c.LatencyMessages = 5_000
+		c.Depths = []outboxrun.Depth{{Pending: 1_000}, {Pending: 10_000}, {Pending: 100_000}, {Pending: 10_000, Archive: 1_000_000}}
+		c.ScalingWarmup, c.ScalingCycles = 5, 40
+		c.ProducerSamples = 300
+		c.WatermillMaxStall = 15 * time.Second
+	}
+	return c
+}
+
+// Results are every figure of a run. A phase that failed leaves its
+// figures zero and says why in Failures.
+type Results struct {
+	Config  Config
+	Env     environment.Info
+	LoadEnd string
+	Started time.Time
+	Elapsed time.Duration
+	// WallClock is make bench-compare's time from start to the end of the
+	// measurements, the build included (zero when not run by make).
+	WallClock time.Duration
+
+	EnqueueDedupe, EnqueuePlain outboxrun.EnqueueResult
+	Grid                        []outboxrun.BurnDownResult
+	Floor                       []floor.Result
+	River                       riverrun.Result
+	Watermill                   watermillrun.Result
+	// LatencyEngine and LatencyPipelined drain LatencyMessages against the
+	// fixed-latency target.
+	LatencyEngine, LatencyPipelined outboxrun.BurnDownResult
+	Proposals                       []ProposalAB
+	LeanCompleteSQL                 string
+	Scaling                         []outboxrun.ClaimScalingResult
+	Producer                        outboxrun.ProducerResult
+	Memory                          outboxrun.MemoryResult
+
+	Failures map[string]string
+}
+
+// ProposalAB is one burn-down whose batches took the proposal variants in
+// turn.
+type ProposalAB struct {
+	Dispatchers int
+	Run         outboxrun.BurnDownResult
+	Variants    []proposal.VariantResult
+}
+
+// EstimatedRate is the burn-down rate a variant would reach alone: the
+// dispatchers' batches back to back at the variant's p50 batch cycle.
+func (p ProposalAB) EstimatedRate(v proposal.VariantResult) float64 {
+	if v.Cycle.P50 == 0 {
+		return 0
+	}
+	return float64(p.Dispatchers*p.Run.Options.BatchSize) / v.Cycle.P50.Seconds()
+}
+
+// Repeats is how many times the runs the goals compare are made.
+const Repeats = 2
+
+// RiverDispatchers is the engine's dispatcher count compared with River:
+// as many connections as River's pool.
+const RiverDispatchers = 4
+
+// Phase names, as Failures keys.
+const (
+	PhaseEnqueue   = "enqueue"
+	PhaseGrid      = "engine burn-down"
+	PhaseFloor     = "SQL floor"
+	PhaseRiver     = "River"
+	PhaseWatermill = "watermill-sql"
+	PhaseLatency   = "fixed-latency target"
+	PhaseProposals = "proposals"
+	PhaseScaling   = "claim scaling"
+	PhaseProducer  = "producer transaction"
+	PhaseMemory    = "memory per invocation"
+)
+
+// Run runs everything, logging progress to log.
+func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
+	res := &Results{Config: cfg, Started: time.Now(), Failures: map[string]string{}}
+	srv := &scratch.Server{AdminURL: cfg.AdminURL}
+	if err := srv.Check(ctx); err != nil {
+		return nil, err
+	}
+	if err := srv.Sweep(ctx); err != nil {
+		return nil, fmt.Errorf("drop leftover databases: %w", err)
+	}
+	env, err := environment.Collect(ctx, cfg.AdminURL)
+	if err != nil {
+		return nil, err
+	}
+	res.Env = env
+	step := func(format string, args ...any) {
+		fmt.Fprintf(log, "[%6.1fs] %s\n", time.Since(res.Started).Seconds(), fmt.Sprintf(format, args...))
+	}
+	fail := func(phase string, err error) {
+		res.Failures[phase] = err.Error()
+		step("%s FAILED: %v", phase, err)
+	}
+
+	// 1. This project's enqueue; the dedupe-keyed database becomes the
+	// template every burn-down copies.
+	step("enqueue %d messages of %d bytes with EnqueueBatch (dedupe keys)", cfg.Spec.Messages, cfg.Spec.PayloadBytes)
+	tmpl, err := srv.CreateMigrated(ctx, "template")
+	if err != nil {
+		return nil, err
+	}
+	defer tmpl.Drop()
+	if res.EnqueueDedupe, err = outboxrun.Enqueue(ctx, tmpl, cfg.Spec, true); err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	if err := tmpl.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT"); err != nil {
+		return nil, err
+	}
+	step("  %.0f msgs/s", res.EnqueueDedupe.Rate())
+	step("enqueue without dedupe keys")
+	if db, err := srv.CreateMigrated(ctx, "enqueue_plain"); err != nil {
+		fail(PhaseEnqueue, err)
+	} else {
+		if res.EnqueuePlain, err = outboxrun.Enqueue(ctx, db, cfg.Spec, false); err != nil {
+			fail(PhaseEnqueue, err)
+		}
+		db.Drop()
+		step("  %.0f msgs/s", res.EnqueuePlain.Rate())
+	}
+
+	// fromTemplate runs f on a fresh copy of the template.
+	fromTemplate := func(label string, f func(db *scratch.DB) error) error {
+		db, err := srv.CreateFrom(ctx, label, tmpl.Name)
+		if err != nil {
+			return err
+		}
+		defer db.Drop()
+		return f(db)
+	}
+
+	// 2. The engine's burn-down grid, the bare-SQL floor and River. The runs
+	// the goals compare go first, in adjacent pairs, Repeats times: the
+	// floor and the engine at the same batch and connection count, River
+	// and the engine on as many connections as River's pool. Each keeps
+	// its faster run — the one the machine's other work disturbed least.
+	engine := func(bs, d int) (outboxrun.BurnDownResult, error) {
+		step("engine burn-down: batch %d, %d dispatcher(s)", bs, d)
+		var r outboxrun.BurnDownResult
+		err := fromTemplate("engine", func(db *scratch.DB) error {
+			var err error
+			r, err = outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{BatchSize: bs, Dispatchers: d})
+			if err == nil {
+				step("  %.0f msgs/s (claim p50 %s, complete p50 %s)", r.Rate(), ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50))
+			}
+			return err
+		})
+		return r, err
+	}
+	floors := map[int]floor.Result{}
+	paired := map[[2]int]outboxrun.BurnDownResult{}
+	keep := func(r outboxrun.BurnDownResult, err error) {
+		if err != nil {
+			fail(PhaseGrid, err)
+			return
+		}
+		key := [2]int{r.Options.BatchSize, r.Options.Dispatchers}
+		if r.Rate() > paired[key].Rate() || paired[key].Messages == 0 {
+			paired[key] = r
+		}
+	}
+	for round := range Repeats {
+		for _, c := range cfg.FloorClients {
+			step("SQL floor: %d client(s), batch %d (round %d of %d)", c, cfg.ComparisonBatch, round+1, Repeats)
+			err := fromTemplate("floor", func(db *scratch.DB) error {
+				r, err := floor.Run(ctx, db, c, cfg.ComparisonBatch)
+				if err == nil {
+					step("  %.0f msgs/s (claim p50 %s, complete p50 %s)", r.Rate(), ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50))
+					if r.Rate() > floors[c].Rate() || floors[c].Messages == 0 {
+						floors[c] = r
+					}
+				}
+				return err
+			})
+			if err != nil {
+				fail(PhaseFloor, err)
+			}
+			keep(engine(cfg.ComparisonBatch, c))
+		}
+		step("River: InsertManyFast, then %d workers (round %d of %d)", riverrun.Workers, round+1, Repeats)
+		if db, err := srv.Create(ctx, "river"); err != nil {
+			fail(PhaseRiver, err)
+		} else {
+			r, err := riverrun.Run(ctx, db, cfg.Spec)
+			db.Drop()
+			if err != nil {
+				fail(PhaseRiver, err)
+			} else {
+				step("  insert %.0f jobs/s, work %.0f jobs/s", r.InsertRate(), r.WorkRate())
+				if r.WorkRate() > res.River.WorkRate() || res.River.Jobs == 0 {
+					res.River = r
+				}
+			}
+		}
+		keep(engine(cfg.ComparisonBatch, RiverDispatchers))
+	}
+	for _, c := range cfg.FloorClients {
+		if f, ok := floors[c]; ok {
+			res.Floor = append(res.Floor, f)
+		}
+	}
+	for _, bs := range cfg.BatchSizes {
+		for _, d := range cfg.Dispatchers {
+			if r, ok := paired[[2]int{bs, d}]; ok {
+				res.Grid = append(res.Grid, r)
+				continue
+			}
+			r, err := engine(bs, d)
+			if err != nil {
+				fail(PhaseGrid, err)
+				continue
+			}
+			res.Grid = append(res.Grid, r)
+		}
+	}
+
+	// 4. watermill-sql in a fresh database.
+	step("watermill-sql: publish, then consume in batches of %d", cfg.WatermillBatch)
+	if db, err := srv.Create(ctx, "watermill"); err != nil {
+		fail(PhaseWatermill, err)
+	} else {
+		if res.Watermill, err = watermillrun.Run(ctx, db, cfg.Spec, cfg.WatermillBatch, cfg.WatermillMaxStall); err != nil {
+			fail(PhaseWatermill, err)
+		} else {
+			w := res.Watermill
+			step("  publish %.0f msgs/s, consume %.0f msgs/s (%d of %d consumed; stalled %s in %d stalls, %.0f msgs/s without them)",
+				w.PublishRate(), w.ConsumeRate(), w.Consumed, w.Messages, w.Stalled.Round(time.Millisecond), w.Stalls, w.ActiveRate())
+		}
+		db.Drop()
+	}
+
+	// 5. A target with a fixed latency per call: the engine, then the
+	// pipelined proposal, on the same messages.
+	step("fixed-latency target: %s per call of %d, %d at once; %d messages, batch %d", cfg.Latency, cfg.PerCall, cfg.Concurrency, cfg.LatencyMessages, cfg.ComparisonBatch)
+	if err := runLatency(ctx, srv, cfg, res, step); err != nil {
+		fail(PhaseLatency, err)
+	}
+
+	// 6. Proposed optimisations of the claim scan and the completion: one
+	// burn-down per dispatcher count whose batches take the variants in
+	// turn (proposal.ABStore).
+	if q, err := proposal.LeanCompleteSQL(); err != nil {
+		fail(PhaseProposals, err)
+	} else {
+		res.LeanCompleteSQL = q
+		for _, d := range cfg.FloorClients {
+			step("proposals, variants in turn batch by batch: batch %d, %d dispatcher(s)", cfg.ComparisonBatch, d)
+			err := fromTemplate("proposal", func(db *scratch.DB) error {
+				if err := db.Exec(ctx, q); err != nil {
+					return err
+				}
+				var stores []*proposal.ABStore
+				r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{
+					BatchSize: cfg.ComparisonBatch, Dispatchers: d,
+					NewStore: func(pool *pgxpool.Pool) dispatch.Store {
+						s := proposal.NewABStore(pool, cfg.ComparisonBatch)
+						stores = append(stores, s)
+						return s
+					},
+				})
+				if err != nil {
+					return err
+				}
+				ab := ProposalAB{Dispatchers: d, Run: r, Variants: proposal.Summarise(stores)}
+				res.Proposals = append(res.Proposals, ab)
+				for _, v := range ab.Variants {
+					step("  %-17s claim p50 %s, complete p50 %s, batch cycle p50 %s", v.Name, ms(v.Claim.P50), ms(v.Complete.P50), ms(v.Cycle.P50))
+				}
+				return nil
+			})
+			if err != nil {
+				fail(PhaseProposals, err)
+			}
+		}
+	}
+	tmpl.Drop()
+
+	// 7. Scaling.
+	step("claim latency at depths %v (loading the tables)", cfg.Depths)
+	if res.Scaling, err = outboxrun.ClaimScaling(ctx, srv, cfg.Spec, cfg.Depths, cfg.ComparisonBatch, cfg.ScalingWarmup, cfg.ScalingCycles); err != nil {
+		fail(PhaseScaling, err)
+	}
+	for _, s := range res.Scaling {
+		step("  pending %d, archive %d: claim p50 %s p99 %s; complete p50 %s p99 %s (load %s)", s.Pending, s.Archive,
+			ms(s.Claim.P50), ms(s.Claim.P99), ms(s.Complete.P50), ms(s.Complete.P99), s.Load.Round(time.Second))
+	}
+	step("producer transaction with and without Enqueue (%d each)", cfg.ProducerSamples)
+	if res.Producer, err = outboxrun.ProducerTx(ctx, srv, cfg.Spec, cfg.ProducerSamples); err != nil {
+		fail(PhaseProducer, err)
+	} else {
+		step("  adds p50 %s, p99 %s, %d round trip(s)", ms(res.Producer.AddedP50()), ms(res.Producer.AddedP99()), res.Producer.AddedRoundTrips())
+	}
+	step("memory: the dispatch bootstrap on one invocation of %d messages", cfg.MemoryMessages)
+	if res.Memory, err = outboxrun.Memory(ctx, srv, cfg.Spec, cfg.MemoryMessages); err != nil {
+		fail(PhaseMemory, err)
+	} else {
+		step("  VmHWM %.1f MiB (cold start %.1f MiB)", mib(res.Memory.PeakHWM), mib(res.Memory.ColdHWM))
+	}
+
+	res.LoadEnd = environment.LoadAverage()
+	res.Elapsed = time.Since(res.Started)
+	return res, nil
+}
+
+func runLatency(ctx context.Context, srv *scratch.Server, cfg Config, res *Results, step func(string, ...any)) error {
+	spec := cfg.Spec
+	spec.Messages = cfg.LatencyMessages
+	tmpl, err := srv.CreateMigrated(ctx, "latency_template")
+	if err != nil {
+		return err
+	}
+	defer tmpl.Drop()
+	if _, err := outboxrun.Enqueue(ctx, tmpl, spec, true); err != nil {
+		return err
+	}
+	for _, pipelined := range []bool{false, true} {
+		db, err := srv.CreateFrom(ctx, "latency", tmpl.Name)
+		if err != nil {
+			return err
+		}
+		r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{
+			BatchSize: cfg.ComparisonBatch, Dispatchers: 1, Pipelined: pipelined,
+			Publisher: outboxrun.FixedLatency(cfg.PerCall, cfg.Concurrency, cfg.Latency),
+		})
+		db.Drop()
+		if err != nil {
+			return err
+		}
+		if pipelined {
+			res.LatencyPipelined = r
+		} else {
+			res.LatencyEngine = r
+		}
+		step("  pipelined=%v: %.0f msgs/s", pipelined, r.Rate())
+	}
+	return nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
