@@ -73,21 +73,22 @@ type Result struct {
 	Elapsed         time.Duration
 	Claim, Complete time.Duration
 	// ClaimLatency and CompleteLatency summarise the calls of full
-	// batches, CycleLatency the two together.
-	ClaimLatency, CompleteLatency, CycleLatency latency.Summary
-	Batches                                     int
+	// batches; IntervalLatency the time between the ends of two successive
+	// full-batch completions on one connection, as the engine's is measured.
+	ClaimLatency, CompleteLatency, IntervalLatency latency.Summary
+	Batches                                        int
 }
 
 // Rate is messages per second.
 func (r Result) Rate() float64 { return float64(r.Messages) / r.Elapsed.Seconds() }
 
-// CycleRate is the rate at the p50 batch cycle (see
-// outboxrun.BurnDownResult.CycleRate).
-func (r Result) CycleRate() float64 {
-	if r.CycleLatency.P50 == 0 {
+// IntervalRate is the rate at the p50 batch interval (see
+// outboxrun.BurnDownResult.IntervalRate).
+func (r Result) IntervalRate() float64 {
+	if r.IntervalLatency.P50 == 0 {
 		return 0
 	}
-	return float64(r.Clients*r.BatchSize) / r.CycleLatency.P50.Seconds()
+	return float64(r.Clients*r.BatchSize) / r.IntervalLatency.P50.Seconds()
 }
 
 // Run drains db's pending queue with clients connections, each looping
@@ -129,7 +130,7 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 		messages, batches int
 		claim, complete   time.Duration
 		claims, completes []time.Duration
-		cycles            []time.Duration
+		intervals         []time.Duration
 		err               error
 	}
 	tallies := make([]tally, clients)
@@ -141,6 +142,7 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 			worker := []byte(fmt.Sprintf("floor-%d", i))
 			limit := []byte(fmt.Sprint(batchSize))
 			var ids, tokens bytes.Buffer
+			var lastEnd time.Time
 			for {
 				ids.Reset()
 				tokens.Reset()
@@ -148,7 +150,6 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 				tokens.WriteByte('{')
 				n := 0
 				began := time.Now()
-				cycle := began
 				rr := c.ExecPrepared(ctx, "claim", [][]byte{worker, limit}, nil, nil)
 				for rr.NextRow() {
 					v := rr.Values()
@@ -176,11 +177,17 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 				tokens.WriteByte('}')
 				began = time.Now()
 				tag, err := c.ExecPrepared(ctx, "complete", [][]byte{worker, ids.Bytes(), tokens.Bytes()}, nil, nil).Close()
-				took = time.Since(began)
+				end := time.Now()
+				took = end.Sub(began)
 				t.complete += took
 				if n == batchSize {
 					t.completes = append(t.completes, took)
-					t.cycles = append(t.cycles, time.Since(cycle))
+					if !lastEnd.IsZero() {
+						t.intervals = append(t.intervals, end.Sub(lastEnd))
+					}
+					lastEnd = end
+				} else {
+					lastEnd = time.Time{}
 				}
 				if err != nil {
 					t.err = fmt.Errorf("complete: %w", err)
@@ -197,9 +204,9 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 	}
 	wg.Wait()
 	res := Result{Clients: clients, BatchSize: batchSize, Elapsed: time.Since(start)}
-	var claims, completes, cycles []time.Duration
+	var claims, completes, intervals []time.Duration
 	for _, t := range tallies {
-		cycles = append(cycles, t.cycles...)
+		intervals = append(intervals, t.intervals...)
 		claims = append(claims, t.claims...)
 		completes = append(completes, t.completes...)
 		if t.err != nil {
@@ -211,6 +218,6 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 		res.Complete += t.complete
 	}
 	res.ClaimLatency, res.CompleteLatency = latency.Summarise(claims), latency.Summarise(completes)
-	res.CycleLatency = latency.Summarise(cycles)
+	res.IntervalLatency = latency.Summarise(intervals)
 	return res, nil
 }

@@ -7,13 +7,14 @@ package outboxrun
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/bench/internal/latency"
-	"github.com/outboxkit/dispatcher/bench/internal/proposal"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
@@ -89,15 +90,20 @@ type BurnDownResult struct {
 	Options  BurnDownOptions
 	Messages int
 	Elapsed  time.Duration
-	// Claim and Complete are the time spent in the two database calls,
-	// summed over dispatchers; ClaimLatency and CompleteLatency summarise
-	// the calls of full batches.
+	// Claim and Complete are the time the two database calls held their
+	// dispatcher's connection, summed over dispatchers; ClaimLatency and
+	// CompleteLatency summarise those times for full batches. A call's time
+	// runs from sending the statement to the last row decoded, as a pgx
+	// query tracer sees it: with the pipelined engine a claim may wait for
+	// the connection while the previous completion holds it, and that wait
+	// is not the call's.
 	Claim, Complete               time.Duration
 	ClaimLatency, CompleteLatency latency.Summary
-	// CycleLatency summarises full batches from the claim's start to the
-	// completion's end.
-	CycleLatency latency.Summary
-	Batches      int
+	// IntervalLatency summarises the time between the ends of two
+	// successive full-batch completions of one dispatcher: what a batch
+	// costs in the steady state, whatever overlaps inside it.
+	IntervalLatency latency.Summary
+	Batches         int
 	// Calls counts the target calls (fixed-latency runs only).
 	Calls int64
 }
@@ -105,71 +111,134 @@ type BurnDownResult struct {
 // Rate is messages per second.
 func (r BurnDownResult) Rate() float64 { return float64(r.Messages) / r.Elapsed.Seconds() }
 
-// CycleRate is the rate at the p50 batch cycle: the dispatchers' full
-// batches back to back, each as fast as the median one. Other work on the
-// machine moves it far less than it moves Rate.
-func (r BurnDownResult) CycleRate() float64 {
-	if r.CycleLatency.P50 == 0 {
+// IntervalRate is the rate at the p50 batch interval: the dispatchers'
+// full batches back to back, each as fast as the median one. Other work on
+// the machine moves it far less than it moves Rate.
+func (r BurnDownResult) IntervalRate() float64 {
+	if r.IntervalLatency.P50 == 0 {
 		return 0
 	}
-	return float64(r.Options.Dispatchers*r.Options.BatchSize) / r.CycleLatency.P50.Seconds()
+	return float64(r.Options.Dispatchers*r.Options.BatchSize) / r.IntervalLatency.P50.Seconds()
 }
 
 // BurnDownOptions say how to drain the queue.
 type BurnDownOptions struct {
 	BatchSize   int
 	Dispatchers int
+	// Conns is each dispatcher's pool size (1 when zero).
+	Conns int
 	// Publisher makes each dispatcher's publisher (NoOp when nil).
 	Publisher func() publish.Publisher
 	// NewStore makes each dispatcher's store on its pool (lease.NewStore
 	// when nil).
 	NewStore func(pool *pgxpool.Pool) dispatch.Store
-	// Pipelined runs proposal.RunPipelined instead of dispatch.Engine.
-	Pipelined bool
 }
 
-// timedStore is a dispatch.Store that times the two database calls.
+// timedStore is a dispatch.Store that counts batches and times the
+// intervals between full-batch completions. The pipelined engine calls
+// ClaimBatch and CompleteBatch from different goroutines, so it locks.
 type timedStore struct {
-	inner             dispatch.Store
-	batchSize         int
-	claim, complete   time.Duration
-	claims, completes []time.Duration
-	cycles            []time.Duration
-	cycleStart        time.Time
-	batches           int
+	inner     dispatch.Store
+	batchSize int
+
+	mu        sync.Mutex
+	batches   int
+	lastEnd   time.Time
+	intervals []time.Duration
 }
 
 func (s *timedStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error) {
-	start := time.Now()
 	msgs, err := s.inner.ClaimBatch(ctx, p)
-	took := time.Since(start)
-	s.claim += took
 	if len(msgs) > 0 {
+		s.mu.Lock()
 		s.batches++
-	}
-	s.cycleStart = time.Time{}
-	if len(msgs) == s.batchSize {
-		s.claims = append(s.claims, took)
-		s.cycleStart = start
+		s.mu.Unlock()
 	}
 	return msgs, err
 }
 
 func (s *timedStore) CompleteBatch(ctx context.Context, worker string, rs []lease.Result) ([]lease.Completion, error) {
-	start := time.Now()
 	cs, err := s.inner.CompleteBatch(ctx, worker, rs)
-	took := time.Since(start)
-	s.complete += took
-	if len(rs) == s.batchSize && !s.cycleStart.IsZero() {
-		s.completes = append(s.completes, took)
-		s.cycles = append(s.cycles, time.Since(s.cycleStart))
+	end := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(rs) != s.batchSize || err != nil {
+		s.lastEnd = time.Time{}
+		return cs, err
 	}
+	if !s.lastEnd.IsZero() {
+		s.intervals = append(s.intervals, end.Sub(s.lastEnd))
+	}
+	s.lastEnd = end
 	return cs, err
 }
 
+// callTracer is a pgx.QueryTracer that times outbox.claim_batch and
+// outbox.complete_batch from the statement's start to its rows' close, on
+// the connection: the time a call holds it, without any wait for it.
+type callTracer struct {
+	batchSize int
+
+	mu                sync.Mutex
+	claim, complete   time.Duration
+	claims, completes []time.Duration
+}
+
+type callKind int
+
+const (
+	callOther callKind = iota
+	callClaim
+	callComplete
+)
+
+type callStart struct {
+	kind  callKind
+	began time.Time
+}
+
+type callKey struct{}
+
+func (t *callTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	kind := callOther
+	switch {
+	case strings.Contains(data.SQL, "outbox.claim_batch("):
+		kind = callClaim
+	case strings.Contains(data.SQL, "outbox.complete_batch("):
+		kind = callComplete
+	default:
+		return ctx
+	}
+	return context.WithValue(ctx, callKey{}, callStart{kind: kind, began: time.Now()})
+}
+
+func (t *callTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	c, ok := ctx.Value(callKey{}).(callStart)
+	if !ok {
+		return
+	}
+	took := time.Since(c.began)
+	full := data.Err == nil && data.CommandTag.RowsAffected() == int64(t.batchSize)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch c.kind {
+	case callClaim:
+		t.claim += took
+		if full {
+			t.claims = append(t.claims, took)
+		}
+	case callComplete:
+		t.complete += took
+		if full {
+			t.completes = append(t.completes, took)
+		}
+	}
+}
+
 // BurnDown drains db's pending queue with opt.Dispatchers concurrent
-// engines, each with its own pool of one connection (as separate Lambda
-// invocations are), claiming opt.BatchSize at a time. Each engine repeats
+// engines, each with its own pool (of one connection unless opt.Conns says
+// otherwise), as separate Lambda invocations are, claiming opt.BatchSize at
+// a time. Each engine repeats
 // bounded runs until a claim comes back empty. It checks that every
 // message was delivered.
 func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDownResult, error) {
@@ -187,6 +256,7 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 	type worker struct {
 		pool   *pgxpool.Pool
 		store  *timedStore
+		tracer *callTracer
 		engine *dispatch.Engine
 		pub    publish.Publisher
 	}
@@ -199,7 +269,8 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 		}
 	}()
 	for i := range workers {
-		pool, err := db.Pool(ctx, 1)
+		tracer := &callTracer{batchSize: opt.BatchSize}
+		pool, err := db.Pool(ctx, max(opt.Conns, 1), func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
 		if err != nil {
 			return BurnDownResult{}, err
 		}
@@ -211,7 +282,7 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 		if opt.NewStore != nil {
 			inner = opt.NewStore(pool)
 		}
-		w := &worker{pool: pool, store: &timedStore{inner: inner, batchSize: opt.BatchSize}, pub: opt.Publisher()}
+		w := &worker{pool: pool, store: &timedStore{inner: inner, batchSize: opt.BatchSize}, tracer: tracer, pub: opt.Publisher()}
 		workers[i] = w
 		w.engine, err = dispatch.New(dispatch.Config{BatchSize: opt.BatchSize, MaxBatches: 1000},
 			w.store, routes, map[string]publish.Publisher{key: w.pub}, nil)
@@ -234,19 +305,6 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 	for i, w := range workers {
 		wg.Go(func() {
 			id := fmt.Sprintf("bench-%d", i)
-			if opt.Pipelined {
-				n, err := proposal.RunPipelined(ctx, w.store, proposal.PipelineConfig{
-					WorkerID: id, BatchSize: opt.BatchSize, Lease: dispatch.DefaultLease, Routes: routes,
-					Publishers: map[string]publish.Publisher{key: w.pub}, TargetConcurrency: dispatch.DefaultTargetConcurrency,
-				})
-				mu.Lock()
-				delivered += n
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				return
-			}
 			for {
 				sum, err := w.engine.Run(ctx, dispatch.Request{WorkerID: id})
 				mu.Lock()
@@ -274,14 +332,14 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 		return BurnDownResult{}, fmt.Errorf("burn-down delivered %d of %d messages, %d left pending", delivered, want, left)
 	}
 	res := BurnDownResult{Options: opt, Messages: delivered, Elapsed: elapsed}
-	var claims, completes, cycles []time.Duration
+	var claims, completes, intervals []time.Duration
 	for _, w := range workers {
-		cycles = append(cycles, w.store.cycles...)
-		res.Claim += w.store.claim
-		res.Complete += w.store.complete
+		intervals = append(intervals, w.store.intervals...)
 		res.Batches += w.store.batches
-		claims = append(claims, w.store.claims...)
-		completes = append(completes, w.store.completes...)
+		res.Claim += w.tracer.claim
+		res.Complete += w.tracer.complete
+		claims = append(claims, w.tracer.claims...)
+		completes = append(completes, w.tracer.completes...)
 		if lp, ok := w.pub.(*latencyPublisher); ok {
 			res.Calls += lp.calls.Load()
 		}
@@ -290,7 +348,7 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 		res.ClaimLatency = latency.Summarise(claims)
 	}
 	res.CompleteLatency = latency.Summarise(completes)
-	res.CycleLatency = latency.Summarise(cycles)
+	res.IntervalLatency = latency.Summarise(intervals)
 	return res, nil
 }
 

@@ -34,6 +34,15 @@ func (g Goal) Met() bool {
 	return g.Ratio >= g.Target
 }
 
+// RatioText is the ratio to two decimals, or three when two would round
+// it onto the target and hide which side of it the ratio is on.
+func (g Goal) RatioText() string {
+	if two := fmt.Sprintf("%.2f", g.Ratio); two != fmt.Sprintf("%.2f", g.Target) || g.Ratio == g.Target {
+		return two
+	}
+	return fmt.Sprintf("%.3f", g.Ratio)
+}
+
 // Verdict is "met", "NOT met" or "not measured".
 func (g Goal) Verdict() string {
 	switch {
@@ -60,6 +69,14 @@ func ShapeCeiling(c suite.Config) float64 {
 	calls := (c.ComparisonBatch + c.PerCall - 1) / c.PerCall
 	rounds := (calls + c.Concurrency - 1) / c.Concurrency
 	return float64(c.ComparisonBatch) / (time.Duration(rounds) * c.Latency).Seconds()
+}
+
+// ShapePublish is the least time any publisher takes over a batch of
+// c.ComparisonBatch: ceil(calls / Concurrency) latencies.
+func ShapePublish(c suite.Config) time.Duration {
+	calls := (c.ComparisonBatch + c.PerCall - 1) / c.PerCall
+	rounds := (calls + c.Concurrency - 1) / c.Concurrency
+	return time.Duration(rounds) * c.Latency
 }
 
 // BestGrid is the fastest engine configuration.
@@ -116,8 +133,8 @@ func Goals(r *suite.Results) []Goal {
 		if eok && fok {
 			g.Known = true
 			g.Ratio = e.Rate() / f.Rate()
-			g.Measured = fmt.Sprintf("engine %s (batch %d, %d dispatcher(s)) / floor %s (%d client(s)); at the p50 batch cycle: %s / %s = %.2f",
-				rate(e.Rate()), e.Options.BatchSize, c, rate(f.Rate()), c, rate(e.CycleRate()), rate(f.CycleRate()), e.CycleRate()/f.CycleRate())
+			g.Measured = fmt.Sprintf("engine %s (batch %d, %d dispatcher(s)) / floor %s (%d client(s)); at the p50 batch interval: %s / %s = %.2f",
+				rate(e.Rate()), e.Options.BatchSize, c, rate(f.Rate()), c, rate(e.IntervalRate()), rate(f.IntervalRate()), e.IntervalRate()/f.IntervalRate())
 		}
 		goals = append(goals, g)
 	}

@@ -34,6 +34,10 @@ func Plot(r *suite.Results, path string) error {
 			g.labels = append(g.labels, fmt.Sprintf("outbox engine, batch %d × %d", e.Options.BatchSize, e.Options.Dispatchers))
 			g.values = append(g.values, e.Rate())
 		}
+		if d := r.DefaultPool; d.Messages > 0 {
+			g.labels = append(g.labels, fmt.Sprintf("outbox engine, batch %d × 1, pool of %d", d.Options.BatchSize, d.Options.Conns))
+			g.values = append(g.values, d.Rate())
+		}
 		groups = append(groups, g)
 	}
 	if r.River.Jobs > 0 {

@@ -44,6 +44,13 @@ func rows(r *suite.Results) []row {
 		}
 		add(fmt.Sprintf("engine burn-down: batch %d, %d dispatcher(s)", g.Options.BatchSize, g.Options.Dispatchers), rate(g.Rate()), strings.Join(notes, ", "))
 	}
+	if d := r.DefaultPool; d.Messages > 0 {
+		note := "the dispatch function's default pool"
+		if f, ok := FloorAt(r, d.Options.Conns); ok && f.BatchSize == d.Options.BatchSize {
+			note += fmt.Sprintf(", %.0f%% of floor (%d clients)", 100*d.Rate()/f.Rate(), f.Clients)
+		}
+		add(fmt.Sprintf("engine burn-down: batch %d, 1 dispatcher on a pool of %d", d.Options.BatchSize, d.Options.Conns), rate(d.Rate()), note)
+	}
 	if r.River.Jobs > 0 {
 		add(fmt.Sprintf("River work: %d no-op workers", 2000), rate(r.River.WorkRate()), "")
 	}
@@ -58,18 +65,8 @@ func rows(r *suite.Results) []row {
 		add(fmt.Sprintf("watermill-sql consume: batches of %d, acked", w.SubscribeBatchSize), rate(w.ConsumeRate()), note)
 	}
 	if r.LatencyEngine.Messages > 0 {
-		add(fmt.Sprintf("engine, %s target (%d/call, %d at once), batch %d", human(cfg.Latency), cfg.PerCall, cfg.Concurrency, cfg.ComparisonBatch),
+		add(fmt.Sprintf("engine (pipelined), %s target (%d/call, %d at once), batch %d", human(cfg.Latency), cfg.PerCall, cfg.Concurrency, cfg.ComparisonBatch),
 			rate(r.LatencyEngine.Rate()), fmt.Sprintf("%.0f%% of the bound %s", 100*r.LatencyEngine.Rate()/Bound(cfg), rate(Bound(cfg))))
-	}
-	if r.LatencyPipelined.Messages > 0 {
-		add(fmt.Sprintf("proposal: pipelined engine, same %s target", human(cfg.Latency)), rate(r.LatencyPipelined.Rate()),
-			fmt.Sprintf("%.0f%% of the bound", 100*r.LatencyPipelined.Rate()/Bound(cfg)))
-	}
-	for _, ab := range r.Proposals {
-		for _, v := range ab.Variants {
-			add(fmt.Sprintf("proposal %q: batch %d, %d dispatcher(s), batches in turn", v.Name, ab.Run.Options.BatchSize, ab.Dispatchers),
-				"≈ "+rate(ab.EstimatedRate(v)), fmt.Sprintf("cycle p50 %s: claim %s, complete %s", msec(v.Cycle.P50), msec(v.Claim.P50), msec(v.Complete.P50)))
-		}
 	}
 	for _, s := range r.Scaling {
 		name := fmt.Sprintf("ClaimBatch(%d) at %s pending", cfg.ComparisonBatch, count(s.Pending))
@@ -92,7 +89,7 @@ func rows(r *suite.Results) []row {
 	for _, g := range Goals(r) {
 		v := "-"
 		if g.Known {
-			v = fmt.Sprintf("%.2f", g.Ratio)
+			v = g.RatioText()
 		}
 		bound := "≥"
 		if g.AtMost {

@@ -1,6 +1,6 @@
 // Package suite runs the whole comparison — this project, River,
-// watermill-sql and the bare-SQL floor, then the scaling figures and the
-// proposed optimisations — on one server in one run, each system in its own
+// watermill-sql and the bare-SQL floor, then the fixed-latency target and
+// the scaling figures — on one server in one run, each system in its own
 // fresh database with the same messages, and collects the figures.
 package suite
 
@@ -10,17 +10,13 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outboxkit/dispatcher/bench/internal/environment"
 	"github.com/outboxkit/dispatcher/bench/internal/floor"
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
-	"github.com/outboxkit/dispatcher/bench/internal/proposal"
 	"github.com/outboxkit/dispatcher/bench/internal/riverrun"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/watermillrun"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
-	"github.com/outboxkit/dispatcher/shared/dispatch"
 )
 
 // Config is what to run.
@@ -33,8 +29,8 @@ type Config struct {
 	Dispatchers []int
 	// FloorClients are the bare-SQL floor's connection counts.
 	FloorClients []int
-	// ComparisonBatch is the batch of the floor, the proposals and the
-	// fixed-latency runs.
+	// ComparisonBatch is the batch of the floor, the runs compared with
+	// River and the fixed-latency runs.
 	ComparisonBatch int
 	// The fixed-latency target: Latency per call, PerCall messages per
 	// call, Concurrency calls at once; LatencyMessages are drained.
@@ -96,36 +92,21 @@ type Results struct {
 
 	EnqueueDedupe, EnqueuePlain outboxrun.EnqueueResult
 	Grid                        []outboxrun.BurnDownResult
-	Floor                       []floor.Result
-	River                       riverrun.Result
-	Watermill                   watermillrun.Result
-	// LatencyEngine and LatencyPipelined drain LatencyMessages against the
-	// fixed-latency target.
-	LatencyEngine, LatencyPipelined outboxrun.BurnDownResult
-	Proposals                       []ProposalAB
-	LeanCompleteSQL                 string
-	Scaling                         []outboxrun.ClaimScalingResult
-	Producer                        outboxrun.ProducerResult
-	Memory                          outboxrun.MemoryResult
+	// DefaultPool is one dispatcher at ComparisonBatch on a pool of
+	// FunctionPool connections, the dispatch function's default: the
+	// pipelined engine's claim ahead and completion then run at once.
+	DefaultPool outboxrun.BurnDownResult
+	Floor       []floor.Result
+	River       riverrun.Result
+	Watermill   watermillrun.Result
+	// LatencyEngine drains LatencyMessages against the fixed-latency
+	// target (the faster of Repeats runs).
+	LatencyEngine outboxrun.BurnDownResult
+	Scaling       []outboxrun.ClaimScalingResult
+	Producer      outboxrun.ProducerResult
+	Memory        outboxrun.MemoryResult
 
 	Failures map[string]string
-}
-
-// ProposalAB is one burn-down whose batches took the proposal variants in
-// turn.
-type ProposalAB struct {
-	Dispatchers int
-	Run         outboxrun.BurnDownResult
-	Variants    []proposal.VariantResult
-}
-
-// EstimatedRate is the burn-down rate a variant would reach alone: the
-// dispatchers' batches back to back at the variant's p50 batch cycle.
-func (p ProposalAB) EstimatedRate(v proposal.VariantResult) float64 {
-	if v.Cycle.P50 == 0 {
-		return 0
-	}
-	return float64(p.Dispatchers*p.Run.Options.BatchSize) / v.Cycle.P50.Seconds()
 }
 
 // Repeats is how many times the runs the goals compare are made.
@@ -135,6 +116,11 @@ const Repeats = 2
 // as many connections as River's pool.
 const RiverDispatchers = 4
 
+// FunctionPool is the dispatch function's pool size when
+// OUTBOX_DB_MAX_CONNS is not set: shared/pgconn.DefaultMaxConns, copied
+// because importing shared/pgconn would pull the AWS SDK into this module.
+const FunctionPool = 2
+
 // Phase names, as Failures keys.
 const (
 	PhaseEnqueue   = "enqueue"
@@ -143,7 +129,6 @@ const (
 	PhaseRiver     = "River"
 	PhaseWatermill = "watermill-sql"
 	PhaseLatency   = "fixed-latency target"
-	PhaseProposals = "proposals"
 	PhaseScaling   = "claim scaling"
 	PhaseProducer  = "producer transaction"
 	PhaseMemory    = "memory per invocation"
@@ -293,7 +278,20 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 		}
 	}
 
-	// 4. watermill-sql in a fresh database.
+	// One dispatcher on the dispatch function's default pool.
+	step("engine burn-down: batch %d, 1 dispatcher on a pool of %d connections", cfg.ComparisonBatch, FunctionPool)
+	if err := fromTemplate("engine_pool", func(db *scratch.DB) error {
+		r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{BatchSize: cfg.ComparisonBatch, Dispatchers: 1, Conns: FunctionPool})
+		if err == nil {
+			res.DefaultPool = r
+			step("  %.0f msgs/s (claim p50 %s, complete p50 %s)", r.Rate(), ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50))
+		}
+		return err
+	}); err != nil {
+		fail(PhaseGrid, err)
+	}
+
+	// 3. watermill-sql in a fresh database.
 	step("watermill-sql: publish, then consume in batches of %d", cfg.WatermillBatch)
 	if db, err := srv.Create(ctx, "watermill"); err != nil {
 		fail(PhaseWatermill, err)
@@ -308,53 +306,14 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 		db.Drop()
 	}
 
-	// 5. A target with a fixed latency per call: the engine, then the
-	// pipelined proposal, on the same messages.
+	// 4. A target with a fixed latency per call.
 	step("fixed-latency target: %s per call of %d, %d at once; %d messages, batch %d", cfg.Latency, cfg.PerCall, cfg.Concurrency, cfg.LatencyMessages, cfg.ComparisonBatch)
 	if err := runLatency(ctx, srv, cfg, res, step); err != nil {
 		fail(PhaseLatency, err)
 	}
-
-	// 6. Proposed optimisations of the claim scan and the completion: one
-	// burn-down per dispatcher count whose batches take the variants in
-	// turn (proposal.ABStore).
-	if q, err := proposal.LeanCompleteSQL(); err != nil {
-		fail(PhaseProposals, err)
-	} else {
-		res.LeanCompleteSQL = q
-		for _, d := range cfg.FloorClients {
-			step("proposals, variants in turn batch by batch: batch %d, %d dispatcher(s)", cfg.ComparisonBatch, d)
-			err := fromTemplate("proposal", func(db *scratch.DB) error {
-				if err := db.Exec(ctx, q); err != nil {
-					return err
-				}
-				var stores []*proposal.ABStore
-				r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{
-					BatchSize: cfg.ComparisonBatch, Dispatchers: d,
-					NewStore: func(pool *pgxpool.Pool) dispatch.Store {
-						s := proposal.NewABStore(pool, cfg.ComparisonBatch)
-						stores = append(stores, s)
-						return s
-					},
-				})
-				if err != nil {
-					return err
-				}
-				ab := ProposalAB{Dispatchers: d, Run: r, Variants: proposal.Summarise(stores)}
-				res.Proposals = append(res.Proposals, ab)
-				for _, v := range ab.Variants {
-					step("  %-17s claim p50 %s, complete p50 %s, batch cycle p50 %s", v.Name, ms(v.Claim.P50), ms(v.Complete.P50), ms(v.Cycle.P50))
-				}
-				return nil
-			})
-			if err != nil {
-				fail(PhaseProposals, err)
-			}
-		}
-	}
 	tmpl.Drop()
 
-	// 7. Scaling.
+	// 5. Scaling.
 	step("claim latency at depths %v (loading the tables)", cfg.Depths)
 	if res.Scaling, err = outboxrun.ClaimScaling(ctx, srv, cfg.Spec, cfg.Depths, cfg.ComparisonBatch, cfg.ScalingWarmup, cfg.ScalingCycles); err != nil {
 		fail(PhaseScaling, err)
@@ -392,25 +351,23 @@ func runLatency(ctx context.Context, srv *scratch.Server, cfg Config, res *Resul
 	if _, err := outboxrun.Enqueue(ctx, tmpl, spec, true); err != nil {
 		return err
 	}
-	for _, pipelined := range []bool{false, true} {
+	for round := range Repeats {
 		db, err := srv.CreateFrom(ctx, "latency", tmpl.Name)
 		if err != nil {
 			return err
 		}
 		r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{
-			BatchSize: cfg.ComparisonBatch, Dispatchers: 1, Pipelined: pipelined,
+			BatchSize: cfg.ComparisonBatch, Dispatchers: 1,
 			Publisher: outboxrun.FixedLatency(cfg.PerCall, cfg.Concurrency, cfg.Latency),
 		})
 		db.Drop()
 		if err != nil {
 			return err
 		}
-		if pipelined {
-			res.LatencyPipelined = r
-		} else {
+		if r.Rate() > res.LatencyEngine.Rate() || res.LatencyEngine.Messages == 0 {
 			res.LatencyEngine = r
 		}
-		step("  pipelined=%v: %.0f msgs/s", pipelined, r.Rate())
+		step("  round %d of %d: %.0f msgs/s (claim p50 %s, complete p50 %s)", round+1, Repeats, r.Rate(), ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50))
 	}
 	return nil
 }
