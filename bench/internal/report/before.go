@@ -10,7 +10,10 @@ var before = struct {
 	When, Commit, Load string
 	// Batch is the batch of the figures below.
 	Batch int
-	Grid  []struct {
+	// Floor1 is that run's bare-SQL floor on one connection (msgs/s): the
+	// measure of how fast the machine was then.
+	Floor1 float64
+	Grid   []struct {
 		Batch, Dispatchers int
 		Then               string
 	}
@@ -31,7 +34,7 @@ var before = struct {
 	ABGain1, ABGain2 string
 }{
 	When: "generated 2026-11-21 12:19 UTC", Commit: "0959f25", Load: "1.45–1.48",
-	Batch: 1000,
+	Batch: 1000, Floor1: 35011,
 	Grid: []struct {
 		Batch, Dispatchers int
 		Then               string
