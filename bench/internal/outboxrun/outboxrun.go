@@ -129,9 +129,6 @@ type BurnDownOptions struct {
 	Conns int
 	// Publisher makes each dispatcher's publisher (NoOp when nil).
 	Publisher func() publish.Publisher
-	// NewStore makes each dispatcher's store on its pool (lease.NewStore
-	// when nil).
-	NewStore func(pool *pgxpool.Pool) dispatch.Store
 }
 
 // timedStore is a dispatch.Store that counts batches and times the
@@ -278,11 +275,7 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 			pool.Close()
 			return BurnDownResult{}, err
 		}
-		var inner dispatch.Store = lease.NewStore(pool)
-		if opt.NewStore != nil {
-			inner = opt.NewStore(pool)
-		}
-		w := &worker{pool: pool, store: &timedStore{inner: inner, batchSize: opt.BatchSize}, tracer: tracer, pub: opt.Publisher()}
+		w := &worker{pool: pool, store: &timedStore{inner: lease.NewStore(pool), batchSize: opt.BatchSize}, tracer: tracer, pub: opt.Publisher()}
 		workers[i] = w
 		w.engine, err = dispatch.New(dispatch.Config{BatchSize: opt.BatchSize, MaxBatches: 1000},
 			w.store, routes, map[string]publish.Publisher{key: w.pub}, nil)

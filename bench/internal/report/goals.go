@@ -62,21 +62,19 @@ func Bound(c suite.Config) float64 {
 	return float64(c.Concurrency*c.PerCall) / c.Latency.Seconds()
 }
 
-// ShapeCeiling is the best rate any publisher reaches on batches of
+// ShapePublish is the least time any publisher takes over a batch of
 // c.ComparisonBatch: its calls run in whole rounds of Concurrency, so a
 // batch takes ceil(calls / Concurrency) latencies.
-func ShapeCeiling(c suite.Config) float64 {
-	calls := (c.ComparisonBatch + c.PerCall - 1) / c.PerCall
-	rounds := (calls + c.Concurrency - 1) / c.Concurrency
-	return float64(c.ComparisonBatch) / (time.Duration(rounds) * c.Latency).Seconds()
-}
-
-// ShapePublish is the least time any publisher takes over a batch of
-// c.ComparisonBatch: ceil(calls / Concurrency) latencies.
 func ShapePublish(c suite.Config) time.Duration {
 	calls := (c.ComparisonBatch + c.PerCall - 1) / c.PerCall
 	rounds := (calls + c.Concurrency - 1) / c.Concurrency
 	return time.Duration(rounds) * c.Latency
+}
+
+// ShapeCeiling is the best rate any publisher reaches on batches of
+// c.ComparisonBatch.
+func ShapeCeiling(c suite.Config) float64 {
+	return float64(c.ComparisonBatch) / ShapePublish(c).Seconds()
 }
 
 // BestGrid is the fastest engine configuration.
