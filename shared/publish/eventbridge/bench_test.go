@@ -20,52 +20,22 @@ import (
 // 10 entries × Concurrency calls per latency. It publishes 10,000 messages
 // of about 512 bytes, in Publish calls of 1,000, through a real SDK client
 // to the wire-level fake answering each call after 20 ms, and reports
-// msgs/s, the bound and their ratio. Anything per-call or per-message that
-// the publisher adds beyond the latency — a lost connection, a serialised
-// step, an idle worker — shows up as a ratio below 1.
+// msgs/s, the bound, the ceiling of the batch shape and their ratio
+// (publishtest.BenchLittlesLaw).
+//
+//	go test -run '^$' -bench LittlesLaw -benchtime 3x ./shared/publish/eventbridge
 func BenchmarkPublishLittlesLaw(b *testing.B) {
-	const (
-		total       = 10_000
-		perPublish  = 1_000
-		payload     = 512
-		latency     = 20 * time.Millisecond
-		concurrency = 8
-	)
+	shape := publishtest.LittlesLaw{
+		Messages: 10_000, PerPublish: 1_000, PayloadBytes: 512,
+		Latency: 20 * time.Millisecond, Concurrency: 8, PerCall: eventbridge.MaxEntriesPerCall,
+	}
 	fake := eventbridgefake.New(b)
-	fake.SetLatency(latency)
-	p, err := eventbridge.New(awseb.NewFromConfig(fake.Config()), eventbridge.Config{EventBus: "bench", Concurrency: concurrency})
+	fake.SetLatency(shape.Latency)
+	p, err := eventbridge.New(awseb.NewFromConfig(fake.Config()), eventbridge.Config{EventBus: "bench", Concurrency: shape.Concurrency})
 	if err != nil {
 		b.Fatal(err)
 	}
-	msgs := publishtest.Messages(total, payload)
-
-	b.ReportAllocs()
-	start := time.Now()
-	published := 0
-	for b.Loop() {
-		for off := 0; off < total; off += perPublish {
-			for i, r := range p.Publish(context.Background(), msgs[off:off+perPublish]) {
-				if r.Kind != publish.Delivered {
-					b.Fatalf("message %d: %s %s %v", off+i, r.Kind, r.Code, r.Err)
-				}
-			}
-		}
-		published += total
-	}
-	elapsed := time.Since(start)
-
-	bound := float64(eventbridge.MaxEntriesPerCall*concurrency) / latency.Seconds()
-	// Publish returns when its last call does: 100 calls on 8 workers take
-	// 13 rounds, not 12.5, so no publisher can beat this ceiling for this
-	// batch shape (96% of the bound).
-	callsPerPublish := perPublish / eventbridge.MaxEntriesPerCall
-	rounds := (callsPerPublish + concurrency - 1) / concurrency
-	ceiling := float64(perPublish) / (float64(rounds) * latency.Seconds())
-	rate := float64(published) / elapsed.Seconds()
-	b.ReportMetric(rate, "msgs/s")
-	b.ReportMetric(bound, "bound_msgs/s")
-	b.ReportMetric(rate/bound, "of_bound")
-	b.ReportMetric(ceiling, "ceiling_msgs/s")
+	publishtest.BenchLittlesLaw(b, p, shape)
 }
 
 // instantBus answers every PutEvents at once, each entry accepted: no

@@ -1,11 +1,9 @@
 package sns_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
 )
@@ -28,43 +26,13 @@ import (
 //
 //	go test -run '^$' -bench LittlesLaw -benchtime 3x ./shared/publish/sns
 func BenchmarkPublishLittlesLaw(b *testing.B) {
-	const (
-		total       = 10_000
-		perPublish  = 1_000
-		payload     = 512
-		latency     = 20 * time.Millisecond
-		concurrency = 8
-		perCall     = 10
-	)
-	bundle := setup(b, setupOptions{cfg: sns.Config{Concurrency: concurrency}})
-	bundle.fake.SetLatency(latency)
-	msgs := publishtest.Messages(total, payload)
-	ctx := context.Background()
-	publishAll := func(batch int) {
-		for off := 0; off < total; off += batch {
-			for i, r := range bundle.pub.Publish(ctx, msgs[off:off+batch]) {
-				if r.Kind != publish.Delivered {
-					b.Fatalf("message %d: %s %s %v", off+i, r.Kind, r.Code, r.Err)
-				}
-			}
-		}
+	shape := publishtest.LittlesLaw{
+		Messages: 10_000, PerPublish: 1_000, PayloadBytes: 512,
+		Latency: 20 * time.Millisecond, Concurrency: 8, PerCall: 10,
 	}
-	// Open the connections before timing, as a warm function has them.
-	for i, r := range bundle.pub.Publish(ctx, msgs[:perCall*concurrency]) {
-		if r.Kind != publish.Delivered {
-			b.Fatalf("warm-up message %d: %s %s %v", i, r.Kind, r.Code, r.Err)
-		}
-	}
-
-	b.ResetTimer()
-	for b.Loop() {
-		publishAll(perPublish)
-	}
-	rate := float64(b.N*total) / b.Elapsed().Seconds()
-	bound := perCall * concurrency / latency.Seconds()
-	b.ReportMetric(rate, "msgs/s")
-	b.ReportMetric(bound, "bound-msgs/s")
-	b.ReportMetric(rate/bound, "of-bound")
+	bundle := setup(b, setupOptions{cfg: sns.Config{Concurrency: shape.Concurrency}})
+	bundle.fake.SetLatency(shape.Latency)
+	publishtest.BenchLittlesLaw(b, bundle.pub, shape)
 	b.ReportMetric(float64(bundle.fake.MaxInFlight()), "max-in-flight")
 	b.ReportMetric(float64(bundle.fake.Connections()), "connections")
 }
