@@ -24,9 +24,10 @@ type Config struct {
 	// FunctionTimeout is the Lambda function's configured timeout; zero
 	// outside Lambda.
 	FunctionTimeout time.Duration
-	// SafetyMargin: no new claim starts with less than this left before the
-	// deadline (default 10s). It must cover one batch's publishing and
-	// completion.
+	// SafetyMargin: no batch is claimed that would start publishing with
+	// less than this left before the deadline (default 10s; for a batch
+	// claimed ahead, the slowest publishing of the run so far is counted
+	// in). It must cover one batch's publishing and completion.
 	SafetyMargin time.Duration
 	// CompletionReserve is cut from the publishers' time so that the
 	// completion call still fits before the deadline (default 2s, or half

@@ -183,22 +183,31 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 		}
 		return msgs, nil
 	}
-	// mayClaim says whether another batch may start, or why not.
-	mayClaim := func() (bool, string) {
+	// mayClaim says whether a batch whose publishing starts after waitFor
+	// may be claimed, or why not: it must start with the safety margin
+	// still ahead of the deadline.
+	mayClaim := func(waitFor time.Duration) (bool, string) {
 		switch deadline, ok := ctx.Deadline(); {
 		case sum.Batches >= maxBatches:
 			return false, StoppedMaxBatches
-		case ok && deadline.Sub(e.cfg.Clock()) < e.cfg.SafetyMargin, ctx.Err() != nil:
+		case ok && deadline.Sub(e.cfg.Clock())-waitFor < e.cfg.SafetyMargin, ctx.Err() != nil:
 			return false, StoppedDeadline
 		}
 		return true, ""
 	}
+	// slowestPublish is the longest a batch's publishing has taken in this
+	// run. A batch claimed ahead is published only after the current one,
+	// so it is claimed only if the margin would still be left then, by this
+	// estimate; otherwise it would start short of time and its calls be cut
+	// off by the completion reserve, answered by the target but recorded as
+	// retries.
+	var slowestPublish time.Duration
 
 	// The run is a pipeline: while batch n is published, batch n-1 is
 	// completed and batch n+1 claimed, so that the two database round trips
 	// hide behind the target's latency instead of adding to it. At most two
 	// batches are leased at once; the safety margin is checked before every
-	// claim, as without the pipeline.
+	// claim, for the time the claimed batch will start publishing.
 	var completing chan batchDone // batch n-1's completion, while n publishes
 	settle := func() error {
 		if completing == nil {
@@ -219,7 +228,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 		return sum, err
 	}
 
-	if ok, why := mayClaim(); !ok {
+	if ok, why := mayClaim(0); !ok {
 		return finish(why, nil)
 	}
 	msgs, err := claim()
@@ -237,7 +246,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 		var ahead chan claimResult
 		if len(msgs) == batchSize {
 			var ok bool
-			if ok, stoppedBy = mayClaim(); ok {
+			if ok, stoppedBy = mayClaim(slowestPublish); ok {
 				ahead = make(chan claimResult, 1)
 				go func() {
 					next, err := claim()
@@ -246,7 +255,9 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 			}
 		}
 
+		publishing := e.cfg.Clock()
 		items := e.publishBatch(ctx, msgs)
+		slowestPublish = max(slowestPublish, e.cfg.Clock().Sub(publishing))
 		if err := settle(); err != nil {
 			// The previous completion failed (the database went away): still
 			// try to record what was just published, then stop. A batch

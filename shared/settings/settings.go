@@ -57,7 +57,7 @@ var Variables = []Variable{
 	{"OUTBOX_NAMESPACES", "", "Comma-separated namespaces this dispatcher claims (default all); an event's namespaces overrides it.", "dispatch"},
 	{"OUTBOX_FUNCTION_TIMEOUT", "", "The function's timeout (the template sets it); the lease must exceed it plus the safety margin.", "dispatch"},
 	{"OUTBOX_LEASE", "", "How long a claim holds its messages; default the function timeout plus the safety margin plus 1m, or 5m outside Lambda.", "dispatch"},
-	{"OUTBOX_SAFETY_MARGIN", "10s", "No new claim starts with less time than this left before the deadline.", "dispatch"},
+	{"OUTBOX_SAFETY_MARGIN", "10s", "No batch is claimed that would start publishing with less time than this left before the deadline.", "dispatch"},
 	{"OUTBOX_TARGET_CONCURRENCY", "8", "Targets published to at once within a batch (each target also bounds its own calls).", "dispatch"},
 	{"OUTBOX_ATTEMPT_CEILING", "100", "Hard ceiling on attempts the database applies whatever a route says (1-100000).", "dispatch, reaper"},
 
