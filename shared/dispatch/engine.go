@@ -207,7 +207,9 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 	// completed and batch n+1 claimed, so that the two database round trips
 	// hide behind the target's latency instead of adding to it. At most two
 	// batches are leased at once; the safety margin is checked before every
-	// claim, for the time the claimed batch will start publishing.
+	// claim, for the time the claimed batch will start publishing. Under a
+	// deadline, the first batch's successor is claimed only after the first
+	// is published: until then there is no publishing time to go by.
 	var completing chan batchDone // batch n-1's completion, while n publishes
 	settle := func() error {
 		if completing == nil {
@@ -244,9 +246,15 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 
 		stoppedBy := StoppedDrained // a short batch drained the queue
 		var ahead chan claimResult
+		claimAfter := false
 		if len(msgs) == batchSize {
 			var ok bool
-			if ok, stoppedBy = mayClaim(slowestPublish); ok {
+			if _, timed := ctx.Deadline(); timed && sum.Batches == 1 {
+				// No publishing measured yet to tell whether a batch claimed
+				// now would start in time: claim the next one after this one
+				// is published.
+				claimAfter = true
+			} else if ok, stoppedBy = mayClaim(slowestPublish); ok {
 				ahead = make(chan claimResult, 1)
 				go func() {
 					next, err := claim()
@@ -275,6 +283,13 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 			completing <- batchDone{part: part, err: err}
 		}()
 
+		if claimAfter {
+			if ok, why := mayClaim(0); !ok {
+				return finish(why, nil)
+			}
+			msgs, err = claim()
+			continue
+		}
 		if ahead == nil {
 			return finish(stoppedBy, nil)
 		}

@@ -378,40 +378,54 @@ func (s *slowTarget) Publish(_ context.Context, msgs []*lease.Message) []publish
 	return publish.Fill(len(msgs), publish.Ok("ok"))
 }
 
-func TestBatchClaimedAheadStartsWithTheSafetyMarginLeft(t *testing.T) {
+func TestEveryBatchStartsPublishingWithTheSafetyMarginLeft(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.enqueue(t, 2000, billingMsg)
-	// The context's deadline is a minute away in real time, so that it never
-	// fires; the engine's clock starts 3 s before it and moves only while a
-	// batch is published, 400 ms a batch.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	deadline, _ := ctx.Deadline()
-	clock := &fakeClock{now: deadline.Add(-3 * time.Second)}
-	slow := &slowTarget{clock: clock, took: 400 * time.Millisecond, deadline: deadline}
 	const margin = 1500 * time.Millisecond
-	pubs := map[string]publish.Publisher{f.table.Routes[0].Target.Key(): slow, f.table.Routes[1].Target.Key(): f.payment}
-	e, err := dispatch.New(dispatch.Config{BatchSize: 100, MaxBatches: 1000, SafetyMargin: margin, CompletionReserve: 500 * time.Millisecond, Lease: time.Minute, Clock: clock.Now}, f.store, f.table, pubs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := e.Run(ctx, dispatch.Request{WorkerID: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 3 s left: batch 1 publishes at 3.0 s, 2 at 2.6, 3 at 2.2, 4 at 1.8;
-	// a fifth would start at 1.4 s, inside the margin, so it is not claimed.
-	if sum.StoppedBy != dispatch.StoppedDeadline || sum.Batches != 4 || sum.Delivered != 400 {
-		t.Fatalf("summary %+v, want 4 batches delivered and a deadline stop", sum)
-	}
-	for i, left := range slow.leftAt {
-		if left < margin {
-			t.Errorf("batch %d began publishing with %s left, inside the %s safety margin", i+1, left, margin)
-		}
-	}
-	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE lease_token IS NOT NULL`); n != 0 {
-		t.Fatalf("%d messages left leased", n)
+	for _, tc := range []struct {
+		name        string
+		perBatch    time.Duration
+		wantBatches int
+	}{
+		// 3 s left: batches begin publishing at 3.0, 2.6, 2.2 and 1.8 s; a
+		// fifth would begin at 1.4 s, inside the margin.
+		{"fast batches", 400 * time.Millisecond, 4},
+		// The first batch leaves 1 s: a second, had it been claimed ahead
+		// while the first was published, would begin inside the margin.
+		{"a first batch slower than the time left after it", 2 * time.Second, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			f.enqueue(t, 1000, billingMsg)
+			// The context's deadline is a minute away in real time, so that
+			// it never fires; the engine's clock starts 3 s before it and
+			// moves only while a batch is published.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			deadline, _ := ctx.Deadline()
+			clock := &fakeClock{now: deadline.Add(-3 * time.Second)}
+			slow := &slowTarget{clock: clock, took: tc.perBatch, deadline: deadline}
+			pubs := map[string]publish.Publisher{f.table.Routes[0].Target.Key(): slow, f.table.Routes[1].Target.Key(): f.payment}
+			e, err := dispatch.New(dispatch.Config{BatchSize: 100, MaxBatches: 1000, SafetyMargin: margin, CompletionReserve: 500 * time.Millisecond, Lease: time.Minute, Clock: clock.Now}, f.store, f.table, pubs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum, err := e.Run(ctx, dispatch.Request{WorkerID: "w"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.StoppedBy != dispatch.StoppedDeadline || sum.Batches != tc.wantBatches || sum.Delivered != 100*tc.wantBatches {
+				t.Fatalf("summary %+v, want %d batches delivered and a deadline stop", sum, tc.wantBatches)
+			}
+			for i, left := range slow.leftAt {
+				if left < margin {
+					t.Errorf("batch %d began publishing with %s left, inside the %s safety margin", i+1, left, margin)
+				}
+			}
+			if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE lease_token IS NOT NULL`); n != 0 {
+				t.Fatalf("%d messages left leased", n)
+			}
+		})
 	}
 }
 
