@@ -77,6 +77,12 @@ BEGIN
             -- login user: leave the role for that database's own down
             -- migration or for the administrator.
             RAISE NOTICE 'role % is still in use elsewhere; not dropped', v_role;
+        WHEN internal_error THEN
+            -- DROP ROLE first lists what depends on the role across the
+            -- cluster; a database dropped at that moment makes the listing
+            -- fail ("cache lookup failed for database"). The role may still
+            -- be in use, as above: leave it.
+            RAISE NOTICE 'role % not dropped: %', v_role, SQLERRM;
         END;
     END LOOP;
 END;
