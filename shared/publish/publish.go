@@ -7,6 +7,10 @@
 // error codes and HTTP statuses in one place per publisher; never from the
 // text of an error.
 //
+// Every publisher delivers through one scheduler, [Batcher], which keeps the
+// messages of an ordering key in order (see [Publisher]) while packing calls
+// as full as the target allows.
+//
 // The implementations live in sub-packages (sns, eventbridge, webhook,
 // lambdainvoke); publishtest is the conformance suite they all pass.
 package publish
@@ -22,10 +26,36 @@ import (
 )
 
 // Publisher delivers messages to one target.
+//
+// # Order
+//
+// Messages that share a Namespace and an OrderingKey form a lane: a claim
+// hands out several consecutive messages of one key, and the target must
+// see them in SequenceID order, whatever their order in msgs. Each is sent
+// only after every earlier message of its lane was accepted — in a later
+// call, or earlier in the same call for a target that keeps the order of a
+// batch's entries. Different lanes, and messages without an ordering key,
+// proceed in parallel.
+//
+// At the first message of a lane that is not delivered — retryable,
+// terminal, or cut off by ctx — the rest of the lane is not sent and comes
+// back [Released]; the engine gives those back untouched, to be claimed
+// again behind the one that failed. Only messages after a lane's first
+// failure are Released; a message without an ordering key never is.
+//
+// A batch call (SNS PublishBatch, EventBridge PutEvents) may carry entries
+// of several lanes and unordered messages together; a lane's entries in one
+// call are consecutive and in order. When a call answers an entry as failed
+// but a later entry of the same lane in that call as accepted, the later one
+// stays Delivered — it was delivered, and sending it again would duplicate
+// it — and the lane stops there; the entries after it that were not
+// accepted come back Released.
 type Publisher interface {
 	// Publish delivers msgs and returns exactly len(msgs) results, result i
-	// for msgs[i]. It honours ctx: when ctx ends, messages not yet accepted
-	// by the target come back Retryable.
+	// for msgs[i]. It honours ctx: when ctx ends, a message without an
+	// ordering key that was not accepted comes back Retryable (CANCELED or
+	// TIMEOUT, see ContextResult), and so does the first message of a lane
+	// not accepted, the rest of that lane Released.
 	Publish(ctx context.Context, msgs []*lease.Message) []Result
 }
 
@@ -70,7 +100,14 @@ const (
 	Retryable
 	// Terminal: will never be delivered as it is.
 	Terminal
+	// Released: not sent because an earlier message of its ordering key
+	// was not delivered; the engine gives it back untouched (no attempt
+	// counted), to be claimed again after that message.
+	Released
 )
+
+// ErrEarlierNotDelivered is the error of every Released result.
+var ErrEarlierNotDelivered = errors.New("publish: not sent: an earlier message of its ordering key was not delivered")
 
 func (k Kind) String() string {
 	switch k {
@@ -80,6 +117,8 @@ func (k Kind) String() string {
 		return "retryable"
 	case Terminal:
 		return "terminal"
+	case Released:
+		return "released"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -96,6 +135,12 @@ type Result struct {
 	// RetryAfter is the target's own request to wait (HTTP Retry-After),
 	// 0 when it made none.
 	RetryAfter time.Duration
+	// Latency is how long the call that carried the message took: a batch
+	// call's whole time, shared by its entries; for a message re-sent to
+	// isolate a bad entry, the re-send's own time. Zero when no call was
+	// made: refused before sending, Released, or cut off by the context
+	// before its call.
+	Latency time.Duration
 }
 
 // Ok is a delivered result.

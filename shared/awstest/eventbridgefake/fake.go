@@ -11,7 +11,9 @@
 // publisher that breaks those rules fails its tests here rather than in
 // production.
 //
-// Every accepted entry is kept and can be read back with [Server.Received].
+// Every accepted entry is kept and can be read back with [Server.Received];
+// the message ids every request carried, whatever its answer, with
+// [Server.CallIDs].
 // Messages are told apart by the "msg_id" field of their payload (the
 // conformance suite puts one in every payload), or by any [Matcher].
 //
@@ -92,6 +94,7 @@ type Server struct {
 
 	mu              sync.Mutex
 	received        []Entry
+	calls           [][]Entry // every decoded request's, whatever its fate
 	requests        int
 	inFlight        int
 	maxInFlight     int
@@ -162,6 +165,23 @@ func (s *Server) ReceivedIDs() []uuid.UUID {
 	out := make([]uuid.UUID, len(s.received))
 	for i, e := range s.received {
 		out[i] = e.MessageID()
+	}
+	return out
+}
+
+// CallIDs returns, for every PutEvents request the fake decoded, in arrival
+// order, the "msg_id" of each of its entries in request order, whatever the
+// request's fate: what a test needs to check the order in which messages
+// were sent.
+func (s *Server) CallIDs() [][]uuid.UUID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]uuid.UUID, len(s.calls))
+	for i, c := range s.calls {
+		out[i] = make([]uuid.UUID, len(c))
+		for j, e := range c {
+			out[i][j] = e.MessageID()
+		}
 	}
 	return out
 }
@@ -329,6 +349,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call := decodeCall(&req)
+	s.mu.Lock()
+	s.calls = append(s.calls, call.entries)
+	s.mu.Unlock()
 
 	if !s.wait(r, stalled, latency) {
 		return // the caller gave up, or the test ended; nothing is accepted

@@ -205,3 +205,25 @@ func TestLatencyStallAndResume(t *testing.T) {
 		t.Errorf("%d accepted, want 2 (the stalled call accepts nothing)", n)
 	}
 }
+
+// CallIDs lists every request's messages in request order, the calls in
+// arrival order, whatever their fate.
+func TestCallIDsListEveryRequest(t *testing.T) {
+	fake := eventbridgefake.New(t)
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	detail := func(id uuid.UUID) types.PutEventsRequestEntry { return entry(fmt.Sprintf(`{"msg_id":%q}`, id)) }
+	if _, err := put(t, fake, detail(a), detail(b)); err != nil {
+		t.Fatal(err)
+	}
+	fake.FailCalls(1, 500, "InternalException")
+	if _, err := put(t, fake, detail(c)); err == nil {
+		t.Fatal("the failed call succeeded")
+	}
+	got := fake.CallIDs()
+	if fmt.Sprint(got) != fmt.Sprint([][]uuid.UUID{{a, b}, {c}}) {
+		t.Errorf("CallIDs %v, want [[%s %s] [%s]]", got, a, b, c)
+	}
+	if n := len(fake.ReceivedIDs()); n != 2 {
+		t.Errorf("%d received, want the first call's 2", n)
+	}
+}

@@ -15,9 +15,9 @@
 // calls fail whole), FailCallsContaining (every call carrying an entry
 // fails whole), OmitMessage (an entry in neither list), DropCalls (the
 // connection closes unanswered), SetLatency, Stall and Resume.
-// Observations: Received and ReceivedIDs (accepted entries), Calls (every
-// request, decoded, with its answer), Requests, MaxInFlight and
-// Connections.
+// Observations: Received and ReceivedIDs (accepted entries), Calls and
+// CallIDs (every request, decoded, with its answer), Requests, MaxInFlight
+// and Connections.
 //
 // The fake enforces the limits SNS enforces on a PublishBatch request (at
 // most 10 entries with distinct, well-formed ids; the aggregate size within
@@ -250,6 +250,22 @@ func (s *Server) Calls() []Call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.calls)
+}
+
+// CallIDs returns, for every request the fake has received, the OutboxID of
+// each of its entries in request order: what a test needs to check the
+// order in which messages were sent.
+func (s *Server) CallIDs() [][]uuid.UUID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]uuid.UUID, len(s.calls))
+	for i, c := range s.calls {
+		out[i] = make([]uuid.UUID, len(c.Entries))
+		for j, e := range c.Entries {
+			out[i][j] = e.OutboxID
+		}
+	}
+	return out
 }
 
 // Requests is the number of HTTP requests received, whatever their answer.

@@ -362,3 +362,22 @@ func TestEmptyBatchIsRefused(t *testing.T) {
 		t.Errorf("error %v, want EmptyBatchRequest", err)
 	}
 }
+
+// CallIDs lists every request's messages in request order, whatever its
+// answer.
+func TestCallIDsListEveryRequest(t *testing.T) {
+	t.Parallel()
+	fake := snsfake.New(t)
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	if _, err := publish(t, fake, "orders", entry("0", a, "{}"), entry("1", b, "{}")); err != nil {
+		t.Fatal(err)
+	}
+	fake.FailCalls(1, http.StatusInternalServerError, "InternalError")
+	if _, err := publish(t, fake, "orders", entry("0", c, "{}")); err == nil {
+		t.Fatal("the failed call succeeded")
+	}
+	got := fake.CallIDs()
+	if fmt.Sprint(got) != fmt.Sprint([][]uuid.UUID{{a, b}, {c}}) {
+		t.Errorf("CallIDs %v, want [[%s %s] [%s]]", got, a, b, c)
+	}
+}

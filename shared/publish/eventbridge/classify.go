@@ -97,8 +97,8 @@ var errorCodes = map[string]outcome{
 	"InvalidAccountIdException": busNotFound,
 
 	// Something in the entry, or the request, is invalid. Deterministic:
-	// the same request fails the same way every time (see send, which
-	// isolates the entry at fault when a whole call fails so).
+	// the same request fails the same way every time (see putEvents, which
+	// has the entry at fault isolated when a whole call fails so).
 	"ValidationException":         invalid,
 	"ValidationError":             invalid,
 	"SerializationException":      invalid,

@@ -48,6 +48,16 @@
 // raised. Calls go out concurrently, at most Config.Concurrency at a time,
 // each under its own Config.Timeout.
 //
+// # Order
+//
+// The calls are packed by publish.Batcher: one call may carry several
+// ordering keys and unordered messages, a key's entries consecutive and in
+// sequence order, and a key's later entries go only in a call made after
+// its earlier call was answered. At a key's first entry not delivered, the
+// rest of the key is not sent and comes back publish.Released. EventBridge
+// itself promises no order to its targets; what the outbox keeps is the
+// order in which a key's events are put on the bus.
+//
 // # Results
 //
 // EventBridge answers each entry in request order: an EventId is a delivery;
@@ -62,8 +72,9 @@
 // means something in the request is invalid, which is deterministic: the
 // same request fails the same way every time. It is terminal, but when such
 // a call carried more than one entry, each entry is first sent again on its
-// own, so that one bad entry is dead-lettered and the others are delivered,
-// rather than all ten going to the dead letters together. (One way to get
+// own, in order, so that one bad entry is dead-lettered and the others are
+// delivered, rather than all ten going to the dead letters together; the
+// later entries of the bad entry's ordering key are Released, not sent. (One way to get
 // there: a route whose MaxEntryBytes says 1 MiB on an account still capped
 // at 256 KiB.) ExpiredTokenException is retryable ACCESS_DENIED — stale
 // credentials are about the moment, not the message; every other denial is

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -160,121 +158,55 @@ func New(client API, cfg Config) (*Publisher, error) {
 // Publish sends msgs to the bus and returns one result per message, in
 // order. Entries refused before a call (too large, not an object, a bad
 // Source or DetailType) are terminal; the rest go out in calls of at most 10
-// entries, at most Concurrency calls at a time. When ctx ends, messages whose
-// call has not been answered come back retryable (TIMEOUT or CANCELED).
+// entries, at most Concurrency calls at a time, each ordering key's in
+// sequence order (see publish.Publisher). When ctx ends, messages whose call
+// has not been answered come back retryable (TIMEOUT or CANCELED), or
+// released behind their key's first.
 func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
-	results := make([]publish.Result, len(msgs))
-	if len(msgs) == 0 {
-		return results
-	}
-	plan := p.plan(msgs, results)
-	if len(plan.calls) == 0 {
-		return results
-	}
-
-	// Workers take calls in order from a shared counter: no goroutine per
-	// call, and never more than Concurrency calls in flight.
-	answers := make([]publish.Result, len(plan.entries))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(p.concurrency, len(plan.calls)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(plan.calls) {
-					return
-				}
-				c := plan.calls[i]
-				p.send(ctx, plan.entries[c.start:c.end], answers[c.start:c.end])
-			}
-		})
-	}
-	wg.Wait()
-
-	for j, r := range answers {
-		results[plan.messageIndex[j]] = r
-	}
-	return results
-}
-
-// batchPlan is one Publish's entries, and the calls that carry them.
-type batchPlan struct {
-	entries []types.PutEventsRequestEntry
-	// messageIndex[j] is the index in msgs of entries[j].
-	messageIndex []int
-	calls        []call
-}
-
-// call is entries[start:end] of a plan: at most MaxEntriesPerCall entries
-// whose sizes sum to at most the cap.
-type call struct{ start, end int }
-
-// plan builds the entries, writes the terminal result of every message that
-// cannot be sent into results, and packs the rest into calls in message
-// order.
-func (p *Publisher) plan(msgs []*lease.Message, results []publish.Result) batchPlan {
-	plan := batchPlan{
-		entries:      make([]types.PutEventsRequestEntry, 0, len(msgs)),
-		messageIndex: make([]int, 0, len(msgs)),
-		calls:        make([]call, 0, len(msgs)/MaxEntriesPerCall+1),
-	}
+	// The builder's slabs are sized for this Publish's messages.
 	builder := p.newEntryBuilder(len(msgs))
-	start, callBytes := 0, 0
-	for i, m := range msgs {
-		entry, size, err := builder.entry(m)
-		if err != nil {
-			results[i] = refusal(err)
-			continue
-		}
-		j := len(plan.entries)
-		if j > start && (j-start == MaxEntriesPerCall || callBytes+size > p.maxEntryBytes) {
-			plan.calls = append(plan.calls, call{start, j})
-			start, callBytes = j, 0
-		}
-		plan.entries = append(plan.entries, entry)
-		plan.messageIndex = append(plan.messageIndex, i)
-		callBytes += size
-	}
-	if len(plan.entries) > start {
-		plan.calls = append(plan.calls, call{start, len(plan.entries)})
-	}
-	return plan
+	return publish.Batcher[types.PutEventsRequestEntry]{
+		MaxEntries:  MaxEntriesPerCall,
+		MaxBytes:    p.maxEntryBytes,
+		Concurrency: p.concurrency,
+		Prepare: func(m *lease.Message) (types.PutEventsRequestEntry, int, *publish.Result) {
+			entry, size, err := builder.entry(m)
+			if err != nil {
+				r := refusal(err)
+				return entry, 0, &r
+			}
+			return entry, size, nil
+		},
+		Call: p.putEvents,
+		// Each alone rather than in halves: an invalid request is often
+		// the route's cap above the account's, which several entries
+		// together break and each alone does not.
+		Isolation: publish.IsolateOneByOne,
+	}.Publish(ctx, msgs)
 }
 
-// send makes one PutEvents call for entries and writes their results into
-// out (len(out) == len(entries)).
-func (p *Publisher) send(ctx context.Context, entries []types.PutEventsRequestEntry, out []publish.Result) {
-	if err := ctx.Err(); err != nil {
-		r, _ := publish.ContextResult(ctx, err)
-		fill(out, r)
-		return
-	}
+// putEvents makes one PutEvents call of entries and answers each. A call
+// refused as a whole as invalid is so every time; it asks the Batcher to
+// find the entry at fault.
+func (p *Publisher) putEvents(ctx context.Context, _ []*lease.Message, entries []types.PutEventsRequestEntry, results []publish.Result) (isolate bool) {
 	callCtx, cancel := context.WithTimeout(ctx, p.timeout)
 	resp, err := p.client.PutEvents(callCtx, &eventbridge.PutEventsInput{Entries: entries})
 	cancel()
 	if err != nil {
 		r := classifyCall(ctx, fmt.Errorf("eventbridge: PutEvents of %d entries to bus %q: %w", len(entries), *p.bus, err))
-		if len(entries) > 1 && r.Kind == publish.Terminal && (r.Code == publish.CodeInvalidPayload || r.Code == publish.CodePayloadTooLarge) {
-			// The request is invalid, and will be every time: find the
-			// entry at fault by sending each alone, within this worker's
-			// slot so the concurrency bound holds.
-			for j := range entries {
-				p.send(ctx, entries[j:j+1], out[j:j+1])
-			}
-			return
-		}
-		fill(out, r)
-		return
+		fill(results, r)
+		return r.Kind == publish.Terminal && (r.Code == publish.CodeInvalidPayload || r.Code == publish.CodePayloadTooLarge)
 	}
-	for j := range out {
+	for j := range results {
 		if j >= len(resp.Entries) {
-			out[j] = publish.Retry(publish.CodeTarget5xx, fmt.Errorf(
+			results[j] = publish.Retry(publish.CodeTarget5xx, fmt.Errorf(
 				"%w: EventBridge answered %d result entries for %d sent; entry %d may or may not have been accepted",
 				ErrMissingResult, len(resp.Entries), len(entries), j), 0)
 			continue
 		}
-		out[j] = entryResult(resp.Entries[j])
+		results[j] = entryResult(resp.Entries[j])
 	}
+	return false
 }
 
 // entryResult reads one result entry of a PutEvents answer.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,7 @@ func TestConformance(t *testing.T) {
 			Publisher:       b.publisher,
 			MaxPayloadBytes: eventbridge.DefaultMaxEntryBytes - conformanceOverhead,
 			Received:        b.fake.ReceivedIDs,
+			Calls:           b.fake.CallIDs,
 			Requests:        b.fake.Requests,
 			Fail: func(id uuid.UUID, terminal bool) {
 				if terminal {
@@ -587,5 +589,58 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 	if _, err := eventbridge.New(nil, eventbridge.Config{EventBus: "b"}); err == nil {
 		t.Error("New with a nil client succeeded")
+	}
+}
+
+// Isolating the entry at fault keeps its key's order: the entries are sent
+// alone, in order, and once the bad one fails, the rest of its key is
+// released instead of sent; other keys and unordered messages are
+// delivered.
+func TestIsolationReleasesTheRestOfTheBadEntrysKey(t *testing.T) {
+	t.Parallel()
+	// The route says 4,000 bytes a request; the account (the fake) takes
+	// 1,000. Together the entries are over it; alone, only a2 is.
+	b := setup(t, eventbridge.Config{MaxEntryBytes: 4000})
+	b.fake.SetMaxRequestBytes(1000)
+	entry := func(key string, seq int64, bytes int) *lease.Message {
+		m := publishtest.Message(int(seq), bytes-conformanceOverhead)
+		m.OrderingKey, m.SequenceID = key, seq
+		return m
+	}
+	a := []*lease.Message{entry("a", 1, 100), entry("a", 2, 1500), entry("a", 3, 100), entry("a", 4, 100)}
+	other, unordered := entry("b", 1, 100), publishtest.Message(9, 100-conformanceOverhead)
+	msgs := slices.Concat(a, []*lease.Message{other, unordered})
+	names := map[uuid.UUID]string{other.ID: "b1", unordered.ID: "u1"}
+	for i, m := range a {
+		names[m.ID] = fmt.Sprint("a", i+1)
+	}
+
+	results := b.publisher.Publish(context.Background(), msgs)
+
+	want := []publish.Kind{publish.Delivered, publish.Terminal, publish.Released, publish.Released, publish.Delivered, publish.Delivered}
+	for i, r := range results {
+		if r.Kind != want[i] {
+			t.Errorf("%s: %s %s %v, want %s", names[msgs[i].ID], r.Kind, r.Code, r.Err, want[i])
+		}
+	}
+	if r := results[1]; r.Code != publish.CodeInvalidPayload {
+		t.Errorf("a2: %s %s %v, want INVALID_PAYLOAD", r.Kind, r.Code, r.Err)
+	}
+	var calls []string
+	for _, c := range b.fake.CallIDs() {
+		var call []string
+		for _, id := range c {
+			call = append(call, names[id])
+		}
+		calls = append(calls, strings.Join(call, " "))
+	}
+	if wantCalls := []string{"a1 a2 a3 a4 b1 u1", "a1", "a2", "b1", "u1"}; !slices.Equal(calls, wantCalls) {
+		t.Errorf("calls\n%q\nwant\n%q", calls, wantCalls)
+	}
+	accepted := byMessage(t, b.fake)
+	for _, m := range a[1:] {
+		if _, ok := accepted[m.ID]; ok {
+			t.Errorf("%s accepted", names[m.ID])
+		}
 	}
 }

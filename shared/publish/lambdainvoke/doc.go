@@ -2,7 +2,10 @@
 // function synchronously (Invoke, InvocationType RequestResponse) per
 // message with the message's [publish.Envelope] as the event, a bounded
 // number at once ([Config.Concurrency]), and maps the outcome to a
-// [publish.Result].
+// [publish.Result]. The messages of one ordering key are invoked one after
+// another, each only once the function accepted the one before; at the
+// first it does not accept, the rest of the key is not sent
+// (publish.Released). Different keys go side by side.
 //
 // # The plugin contract
 //

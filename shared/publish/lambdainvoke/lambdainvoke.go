@@ -77,11 +77,11 @@ func (c Config) validate() error {
 // Publisher invokes one function per message. It is safe for concurrent
 // use; build one per target, once per cold start.
 type Publisher struct {
-	client      API
-	function    string
-	timeout     time.Duration
-	maxPayload  int
-	concurrency int
+	client     API
+	function   string
+	timeout    time.Duration
+	maxPayload int
+	batcher    publish.Batcher[[]byte]
 }
 
 var _ publish.Publisher = (*Publisher)(nil)
@@ -95,13 +95,14 @@ func New(client API, cfg Config) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{
-		client:      client,
-		function:    cfg.Function,
-		timeout:     cfg.Timeout,
-		maxPayload:  cfg.MaxPayloadBytes,
-		concurrency: cfg.Concurrency,
-	}, nil
+	p := &Publisher{
+		client:     client,
+		function:   cfg.Function,
+		timeout:    cfg.Timeout,
+		maxPayload: cfg.MaxPayloadBytes,
+	}
+	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: p.encode, Call: p.invoke}
+	return p, nil
 }
 
 // NewHTTPClient is an SDK HTTP client (aws.Config.HTTPClient) that keeps
@@ -114,34 +115,40 @@ func NewHTTPClient(concurrency int) *awshttp.BuildableClient {
 }
 
 // Publish invokes the function once per message, up to Concurrency at
-// once, and returns one result per message, in order.
+// once, each ordering key's one after another in sequence order (see
+// publish.Publisher), and returns one result per message, in order.
 func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
-	return publish.EachConcurrently(ctx, msgs, p.concurrency, p.invoke)
+	return p.batcher.Publish(ctx, msgs)
 }
 
-func (p *Publisher) invoke(ctx context.Context, m *lease.Message) publish.Result {
-	if err := ctx.Err(); err != nil {
-		r, _ := publish.ContextResult(ctx, err)
-		return r
-	}
+// encode is a message's event, the envelope, or its refusal before any
+// invocation.
+func (p *Publisher) encode(m *lease.Message) ([]byte, int, *publish.Result) {
+	refuse := func(r publish.Result) ([]byte, int, *publish.Result) { return nil, 0, &r }
 	if len(m.Payload) > p.maxPayload {
-		return p.tooLarge(len(m.Payload), "payload")
+		return refuse(p.tooLarge(len(m.Payload), "payload"))
 	}
 	body, err := publish.EncodeEnvelope(m)
 	if err != nil {
-		return publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("lambdainvoke: encode the envelope: %w", err))
+		return refuse(publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("lambdainvoke: encode the envelope: %w", err)))
 	}
 	if len(body) > p.maxPayload {
-		return p.tooLarge(len(body), "envelope")
+		return refuse(p.tooLarge(len(body), "envelope"))
 	}
+	return body, len(body), nil
+}
+
+// invoke is the Batcher's call: one invocation, one message.
+func (p *Publisher) invoke(ctx context.Context, _ []*lease.Message, bodies [][]byte, results []publish.Result) bool {
 	callCtx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	out, err := p.client.Invoke(callCtx, &lambda.InvokeInput{
 		FunctionName:   &p.function,
 		InvocationType: types.InvocationTypeRequestResponse,
-		Payload:        body,
+		Payload:        bodies[0],
 	})
-	return p.classify(ctx, out, err)
+	results[0] = p.classify(ctx, out, err)
+	return false
 }
 
 func (p *Publisher) tooLarge(size int, what string) publish.Result {

@@ -1,7 +1,6 @@
 package lambdainvoke
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"reflect"
@@ -59,19 +58,17 @@ func TestConformance(t *testing.T) {
 	publishtest.Run(t, func(t *testing.T) *publishtest.Target {
 		var mu sync.Mutex
 		var received []uuid.UUID
+		var calls [][]uuid.UUID
 		fail := map[uuid.UUID]bool{}
 		const maxPayload = 8 << 10
 		p, fake := newTestPublisher(t, func(envelope []byte) (int, []byte, string) {
-			var env publish.Envelope
-			if err := json.Unmarshal(envelope, &env); err != nil {
-				return 200, []byte(`{"errorType":"Runtime.UnmarshalError","errorMessage":"not an envelope"}`), "Unhandled"
-			}
-			id, err := publishtest.MessageID(env.Payload)
+			id, err := publishtest.EnvelopeMessageID(envelope)
 			if err != nil {
-				return 200, []byte(`{"status":"rejected","error":"no msg_id"}`), ""
+				return 200, []byte(`{"status":"rejected","error":"not an envelope with a msg_id"}`), ""
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			calls = append(calls, []uuid.UUID{id})
 			if terminal, ok := fail[id]; ok {
 				if terminal {
 					return 200, []byte(`{"status":"rejected","error":"the suite refuses this message"}`), ""
@@ -88,6 +85,11 @@ func TestConformance(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				return append([]uuid.UUID(nil), received...)
+			},
+			Calls: func() [][]uuid.UUID {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([][]uuid.UUID(nil), calls...)
 			},
 			Requests: fake.Requests,
 			Fail: func(id uuid.UUID, terminal bool) {
@@ -371,7 +373,7 @@ func TestConfigValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.timeout != DefaultTimeout || p.maxPayload != DefaultMaxPayloadBytes || p.concurrency != DefaultConcurrency {
+	if p.timeout != DefaultTimeout || p.maxPayload != DefaultMaxPayloadBytes || p.batcher.Concurrency != DefaultConcurrency {
 		t.Errorf("defaults not applied: %+v", p)
 	}
 	if c := NewHTTPClient(32).GetTransport(); c.MaxIdleConnsPerHost < 32 {

@@ -23,6 +23,7 @@ func TestConformance(t *testing.T) {
 					Publisher:       b.pub,
 					MaxPayloadBytes: sns.DefaultMaxMessageBytes - attributeBytes,
 					Received:        b.fake.ReceivedIDs,
+					Calls:           b.fake.CallIDs,
 					Requests:        b.fake.Requests,
 					Fail: func(id uuid.UUID, terminal bool) {
 						if terminal {

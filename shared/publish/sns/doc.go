@@ -22,12 +22,15 @@
 //
 // # What is sent
 //
-// Messages are cut, in input order, into chunks of at most 10 entries whose
-// total size is within Config.MaxMessageBytes, SNS counting the body plus
-// every attribute's name, data type and value. Up to Config.Concurrency
-// chunks are in flight at once, each call under its own Config.Timeout; the
-// first goes out while the rest are still being encoded. A message over the
-// cap by itself is a terminal PAYLOAD_TOO_LARGE, never sent.
+// Messages go out in PublishBatch calls of at most 10 entries whose total
+// size is within Config.MaxMessageBytes, SNS counting the body plus every
+// attribute's name, data type and value, packed by publish.Batcher: each
+// ordering key's messages in sequence order, a key's next entries only once
+// its call in flight is answered, different keys and unordered messages
+// side by side in one call (see Order, below). Up to Config.Concurrency
+// calls are in flight at once, each under its own Config.Timeout; the first
+// goes out while the rest are still being encoded. A message over the cap
+// by itself is a terminal PAYLOAD_TOO_LARGE, never sent.
 //
 // The body is the payload JSON. The message attributes are outbox.id,
 // outbox.namespace, outbox.topic, outbox.attempt (Number), and when set
@@ -55,9 +58,24 @@
 // is deterministic, so retries and replays of a message still carry the
 // same ids and SNS still deduplicates them.
 //
-// Order within a group holds because the outbox claims only the head of an
-// ordering key (so one Publish never carries two messages of one key) and
-// completes it before the next is claimable.
+// # Order
+//
+// A claim may hand one Publish several consecutive messages of an ordering
+// key. Their entries go out in sequence order: consecutive within one call,
+// which a FIFO topic publishes in order within the message group, and a
+// key's later entries only in a call made after its earlier call was
+// answered. At the first entry of a key that is not delivered, the rest of
+// the key is not sent and comes back publish.Released, for the engine to
+// give back untouched; other keys and unordered messages are not held up.
+//
+// One case is SNS's doing, not ours: a call that answers an entry of a key
+// as failed and a later entry of the same key, in the same call, as
+// published. The later one was published — sending it again would deliver
+// it twice — so it stays delivered, and the key stops there (what follows
+// it is Released). Its subscribers then see it before the failed one's
+// retry: out of order, once. The publisher has no logger to report it
+// with; the results (a failure followed by a delivery of one key) are the
+// record.
 //
 // # Results
 //
@@ -65,7 +83,8 @@
 // Successful → delivered, the SNS MessageId as target ref; Failed → by
 // SenderFault and code; in neither list → retryable TARGET_5XX. A failed
 // call answers all its entries alike, unless SNS blames one of them (see
-// the decisions below). The mapping lives in one function,
+// the decisions below). Every result carries the duration of the call that
+// carried it (publish.Result.Latency). The mapping lives in one function,
 // classify (classify.go):
 //
 //	Throttling, ThrottlingException, Throttled(Exception),
@@ -95,12 +114,13 @@
 //     would dead-letter every batch of the minute.
 //   - A whole-call InvalidParameter (or BatchRequestTooLong) blames the
 //     request, but the request is up to ten messages and SNS does not say
-//     which. The publisher splits the chunk in halves and sends each,
-//     recursively, so only the message SNS refuses on its own ends
+//     which. The publisher splits the call in halves and sends each, in
+//     order, recursively, so only the message SNS refuses on its own ends
 //     terminal (INVALID_PAYLOAD, or PAYLOAD_TOO_LARGE when the topic's cap
 //     is lower than Config.MaxMessageBytes) and its neighbours are
-//     delivered. A chunk of ten costs at most 19 calls, and only when
-//     every message is bad.
+//     delivered — except the later messages of its own ordering key, which
+//     are Released rather than sent in a later half. A call of ten costs
+//     at most 19 calls, and only when every message is bad.
 //   - An unknown error is retryable: retrying costs an attempt, while
 //     dead-lettering something SNS would have taken a minute later costs an
 //     operator's replay, and the attempt ceiling ends a persistent failure

@@ -49,8 +49,8 @@ var (
 	dataTypeString = aws.String(dataTypeStringName)
 	dataTypeNumber = aws.String(dataTypeNumberName)
 	// entryIDs are the entry ids of a request: the entry's index in its
-	// chunk, which is unique per request and maps an answer back to its
-	// message without a lookup.
+	// call, which is unique per request and maps an answer back to its
+	// entry without a lookup.
 	entryIDs = func() (ids [maxBatchEntries]*string) {
 		for i := range ids {
 			ids[i] = aws.String(strconv.Itoa(i))

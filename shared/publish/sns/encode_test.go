@@ -1,8 +1,10 @@
 package sns
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/lease"
@@ -143,7 +147,7 @@ func TestConfigValidation(t *testing.T) {
 		case tc.field != "" && (err == nil || !strings.Contains(err.Error(), tc.field)):
 			t.Errorf("%s: error %v, want one naming %s", tc.name, err, tc.field)
 		case tc.field == "" && (p.defaultGroupID != DefaultGroupID || p.maxMessageBytes != DefaultMaxMessageBytes ||
-			p.timeout != DefaultTimeout || p.concurrency != DefaultConcurrency):
+			p.timeout != DefaultTimeout || p.batcher.Concurrency != DefaultConcurrency):
 			t.Errorf("%s: defaults not applied: %+v", tc.name, p)
 		}
 	}
@@ -182,33 +186,59 @@ func TestNewClientSizesTheConnectionPool(t *testing.T) {
 	}
 }
 
-// BenchmarkPlan is the publisher's own work per message before the SDK's:
-// encoding (attributes, validation, size, FIFO ids) and chunking.
+// instantTopic answers every PublishBatch at once, each entry published:
+// no network, no SDK, only what the publisher itself costs.
+type instantTopic struct{ ids [maxBatchEntries]*string }
+
+func (t *instantTopic) PublishBatch(_ context.Context, in *sns.PublishBatchInput, _ ...func(*sns.Options)) (*sns.PublishBatchOutput, error) {
+	out := &sns.PublishBatchOutput{Successful: make([]types.PublishBatchResultEntry, len(in.PublishBatchRequestEntries))}
+	for j, e := range in.PublishBatchRequestEntries {
+		out.Successful[j] = types.PublishBatchResultEntry{Id: e.Id, MessageId: t.ids[j]}
+	}
+	return out, nil
+}
+
+// BenchmarkPublishOverhead is the publisher's own work per message around
+// the SDK's: encoding (attributes, validation, size, FIFO ids), scheduling
+// and answering, with a topic that answers at once. The messages are one
+// ordering key's, in calls of ten one after another, and then the same
+// messages without a key.
 //
-//	go test -run '^$' -bench Plan -benchmem ./shared/publish/sns
-func BenchmarkPlan(b *testing.B) {
-	for _, topic := range []string{"orders", "orders.fifo"} {
-		b.Run(topic, func(b *testing.B) {
-			p, err := New(struct{ API }{}, Config{TopicARN: "arn:aws:sns:eu-west-1:123456789012:" + topic})
-			if err != nil {
-				b.Fatal(err)
-			}
-			msgs := make([]*lease.Message, 1000)
-			for i := range msgs {
-				id := uuid.Must(uuid.NewV7())
-				msgs[i] = &lease.Message{
-					ID: id, Namespace: "billing", Topic: "usage", TenantID: "tenant-42", DedupeKey: "usage-" + id.String(),
-					OrderingKey: "account-7", SequenceID: int64(i + 1), Attempt: 1,
-					Payload: []byte(`{"tenant_id":"tenant-42","tokens_in":1200,"pad":"` + strings.Repeat("x", 440) + `"}`),
-					Headers: map[string]string{"content-kind": "usage.v1"},
+//	go test -run '^$' -bench PublishOverhead -benchmem ./shared/publish/sns
+func BenchmarkPublishOverhead(b *testing.B) {
+	topic := &instantTopic{}
+	for j := range topic.ids {
+		topic.ids[j] = aws.String(uuid.NewString())
+	}
+	for _, name := range []string{"orders", "orders.fifo"} {
+		for _, ordered := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%s/ordered=%t", name, ordered), func(b *testing.B) {
+				p, err := New(topic, Config{TopicARN: "arn:aws:sns:eu-west-1:123456789012:" + name})
+				if err != nil {
+					b.Fatal(err)
 				}
-			}
-			results := make([]publish.Result, len(msgs))
-			b.ReportAllocs()
-			for b.Loop() {
-				p.plan(msgs, results, func(chunk) {})
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/msg")
-		})
+				msgs := make([]*lease.Message, 1000)
+				for i := range msgs {
+					id := uuid.Must(uuid.NewV7())
+					msgs[i] = &lease.Message{
+						ID: id, Namespace: "billing", Topic: "usage", TenantID: "tenant-42", DedupeKey: "usage-" + id.String(),
+						Attempt: 1, Payload: []byte(`{"tenant_id":"tenant-42","tokens_in":1200,"pad":"` + strings.Repeat("x", 440) + `"}`),
+						Headers: map[string]string{"content-kind": "usage.v1"},
+					}
+					if ordered {
+						msgs[i].OrderingKey, msgs[i].SequenceID = "account-7", int64(i+1)
+					}
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					for i, r := range p.Publish(context.Background(), msgs) {
+						if r.Kind != publish.Delivered {
+							b.Fatalf("message %d: %s %s %v", i, r.Kind, r.Code, r.Err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/msg")
+			})
+		}
 	}
 }

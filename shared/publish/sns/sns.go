@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -112,7 +111,7 @@ type Publisher struct {
 	defaultGroupID  string
 	maxMessageBytes int
 	timeout         time.Duration
-	concurrency     int
+	batcher         publish.Batcher[types.PublishBatchRequestEntry]
 }
 
 var _ publish.Publisher = (*Publisher)(nil)
@@ -127,154 +126,101 @@ func New(client API, cfg Config) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{
+	p := &Publisher{
 		client:          client,
 		topicARN:        aws.String(cfg.TopicARN),
 		fifo:            strings.HasSuffix(cfg.TopicARN, ".fifo"),
 		defaultGroupID:  cfg.DefaultGroupID,
 		maxMessageBytes: cfg.MaxMessageBytes,
 		timeout:         cfg.Timeout,
-		concurrency:     cfg.Concurrency,
-	}, nil
+	}
+	p.batcher = publish.Batcher[types.PublishBatchRequestEntry]{
+		MaxEntries:  maxBatchEntries,
+		MaxBytes:    cfg.MaxMessageBytes,
+		Concurrency: cfg.Concurrency,
+		Prepare:     p.prepare,
+		Call:        p.publishBatch,
+		Isolation:   publish.IsolateInHalves,
+	}
+	return p, nil
 }
 
 // FIFO reports whether the topic is a FIFO topic.
 func (p *Publisher) FIFO() bool { return p.fifo }
 
 // Publish sends msgs to the topic and returns one result per message, in
-// order: delivered with the SNS MessageId as target ref, retryable, or
-// terminal. See the package documentation for the mapping of errors.
+// order: delivered with the SNS MessageId as target ref, retryable,
+// terminal, or released behind an earlier message of its ordering key. See
+// the package documentation for the mapping of errors.
 func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
-	results := make([]publish.Result, len(msgs))
-	workers := min(p.concurrency, len(msgs))
-	if workers <= 1 {
-		p.plan(msgs, results, func(c chunk) { p.publishChunk(ctx, c, 0, len(c.entries), results) })
-		return results
-	}
-	// A fixed set of workers takes the chunks in order as they are planned,
-	// so the first call goes out while the rest is still being encoded: at
-	// most Concurrency calls in flight, and no goroutine per chunk.
-	chunks := make(chan chunk, len(msgs)/maxBatchEntries+1)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c := range chunks {
-				p.publishChunk(ctx, c, 0, len(c.entries), results)
-			}
-		})
-	}
-	p.plan(msgs, results, func(c chunk) { chunks <- c })
-	close(chunks)
-	wg.Wait()
-	return results
+	return p.batcher.Publish(ctx, msgs)
 }
 
-// chunk is one PublishBatch request's worth of messages.
-type chunk struct {
-	// entries carry ids "0" to "9": their index in the chunk.
-	entries []types.PublishBatchRequestEntry
-	// origin[j] is the index in msgs (and results) of entries[j].
-	origin []int
+// prepare encodes one message, or refuses it before any call.
+func (p *Publisher) prepare(m *lease.Message) (types.PublishBatchRequestEntry, int, *publish.Result) {
+	if m == nil {
+		r := publish.Fail(publish.CodeInvalidPayload, errors.New("sns: nil message"))
+		return types.PublishBatchRequestEntry{}, 0, &r
+	}
+	entry, size, err := p.encode(m)
+	if err != nil {
+		r := publish.Fail(publish.CodeInvalidPayload, err)
+		if _, tooLarge := err.(*TooLargeError); tooLarge {
+			r.Code = publish.CodePayloadTooLarge
+		}
+		return entry, 0, &r
+	}
+	return entry, size, nil
 }
 
-// plan encodes every message, answers those that cannot be sent in results,
-// and hands the rest to emit in chunks of at most 10 entries whose total
-// size is within the cap. Chunks keep the input order, so a chunk's entries
-// reach SNS in the order they were claimed. Every chunk is a window on two
-// arrays allocated once per call.
-func (p *Publisher) plan(msgs []*lease.Message, results []publish.Result, emit func(chunk)) {
-	entries := make([]types.PublishBatchRequestEntry, 0, len(msgs))
-	origin := make([]int, 0, len(msgs))
-	start, chunkBytes := 0, 0
-	for i, m := range msgs {
-		if m == nil {
-			results[i] = publish.Fail(publish.CodeInvalidPayload, errors.New("sns: nil message"))
-			continue
-		}
-		entry, size, err := p.encode(m)
-		if err != nil {
-			if _, tooLarge := err.(*TooLargeError); tooLarge {
-				results[i] = publish.Fail(publish.CodePayloadTooLarge, err)
-			} else {
-				results[i] = publish.Fail(publish.CodeInvalidPayload, err)
-			}
-			continue
-		}
-		j := len(entries)
-		if j > start && (j-start == maxBatchEntries || chunkBytes+size > p.maxMessageBytes) {
-			emit(chunk{entries: entries[start:j:j], origin: origin[start:j:j]})
-			start, chunkBytes = j, 0
-		}
-		entry.Id = entryIDs[j-start]
-		chunkBytes += size
-		entries = append(entries, entry)
-		origin = append(origin, i)
-	}
-	if j := len(entries); j > start {
-		emit(chunk{entries: entries[start:j:j], origin: origin[start:j:j]})
-	}
-}
-
-// publishChunk sends c.entries[lo:hi] — the whole chunk or, when isolating
-// a bad entry, a part of it — and answers its messages.
-func (p *Publisher) publishChunk(ctx context.Context, c chunk, lo, hi int, results []publish.Result) {
-	if err := ctx.Err(); err != nil {
-		// The invocation is over: what has not been sent is not sent.
-		r, _ := publish.ContextResult(ctx, err)
-		c.fill(lo, hi, results, r)
-		return
+// publishBatch makes one PublishBatch call of entries and answers each. It
+// asks the Batcher to isolate when SNS refused the call as a whole for one
+// entry it does not name (see the package doc).
+func (p *Publisher) publishBatch(ctx context.Context, _ []*lease.Message, entries []types.PublishBatchRequestEntry, results []publish.Result) (isolate bool) {
+	for j := range entries {
+		// An entry's id is its index in the call, which maps an answer
+		// back to its entry without a lookup.
+		entries[j].Id = entryIDs[j]
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.timeout)
-	out, err := p.client.PublishBatch(callCtx, &sns.PublishBatchInput{TopicArn: p.topicARN, PublishBatchRequestEntries: c.entries[lo:hi]})
+	out, err := p.client.PublishBatch(callCtx, &sns.PublishBatchInput{TopicArn: p.topicARN, PublishBatchRequestEntries: entries})
 	cancel()
 	if err != nil {
 		r, isolate := callResult(ctx, err)
-		if isolate && hi-lo > 1 {
-			mid := lo + (hi-lo)/2
-			p.publishChunk(ctx, c, lo, mid, results)
-			p.publishChunk(ctx, c, mid, hi, results)
-			return
-		}
 		if r.Code == publish.CodeTimeout {
 			r.Err = fmt.Errorf("sns: no answer within the %s timeout: %w", p.timeout, r.Err)
 		}
-		c.fill(lo, hi, results, r)
-		return
+		for j := range results {
+			results[j] = r
+		}
+		return isolate
 	}
 
-	var answered [maxBatchEntries]bool
+	// results arrive zeroed: an entry SNS answers twice keeps its first
+	// answer, and one it does not answer is caught below.
 	position := func(id *string) (int, bool) {
-		// An id is one digit, the entry's index in its chunk; a part of a
-		// chunk keeps the ids it was given.
 		if id == nil || len(*id) != 1 || (*id)[0] < '0' || (*id)[0] > '9' {
 			return 0, false
 		}
 		j := int((*id)[0] - '0')
-		return j, j >= lo && j < hi && !answered[j-lo]
+		return j, j < len(results) && results[j].Kind == 0
 	}
 	if out != nil {
 		for _, s := range out.Successful {
 			if j, ok := position(s.Id); ok {
-				answered[j-lo] = true
-				results[c.origin[j]] = publish.Ok(aws.ToString(s.MessageId))
+				results[j] = publish.Ok(aws.ToString(s.MessageId))
 			}
 		}
 		for _, f := range out.Failed {
 			if j, ok := position(f.Id); ok {
-				answered[j-lo] = true
-				results[c.origin[j]] = entryResult(f)
+				results[j] = entryResult(f)
 			}
 		}
 	}
-	for j := lo; j < hi; j++ {
-		if !answered[j-lo] {
-			results[c.origin[j]] = publish.Retry(publish.CodeTarget5xx, errNoAnswer, 0)
+	for j := range results {
+		if results[j].Kind == 0 {
+			results[j] = publish.Retry(publish.CodeTarget5xx, errNoAnswer, 0)
 		}
 	}
-}
-
-func (c chunk) fill(lo, hi int, results []publish.Result, r publish.Result) {
-	for j := lo; j < hi; j++ {
-		results[c.origin[j]] = r
-	}
+	return false
 }

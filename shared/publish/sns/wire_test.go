@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/smithy-go"
+	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
 	"github.com/outboxkit/dispatcher/shared/lease"
@@ -640,5 +643,93 @@ func TestConnectionPoolHoldsTheCallsInFlight(t *testing.T) {
 	t.Logf("plain transport: %d connections", fake.Connections())
 	if got := fake.Connections(); got < pooled+concurrency {
 		t.Errorf("a default transport opened %d connections, NewClient's %d; the control does not show churn", got, pooled)
+	}
+}
+
+// namesOf spells every call the fake received as its messages' names, for
+// comparing call sequences.
+func namesOf(fake *snsfake.Server, names map[uuid.UUID]string) []string {
+	var calls []string
+	for _, c := range fake.CallIDs() {
+		var call []string
+		for _, id := range c {
+			call = append(call, names[id])
+		}
+		calls = append(calls, strings.Join(call, " "))
+	}
+	return calls
+}
+
+// Isolating a bad entry keeps its key's order: the halves go in order, and
+// once the bad entry fails alone, the rest of its key is released instead of
+// sent in a later half; the unordered messages beside it are delivered.
+func TestIsolationReleasesTheRestOfTheBadEntrysKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOptions{cfg: sns.Config{TopicARN: snsfake.TopicARN(fifoTopic)}})
+	a, u := publishtest.OrderedMessages("account-1", 6, 64), publishtest.Messages(4, 64)
+	msgs := slices.Concat(a, u)
+	names := map[uuid.UUID]string{}
+	for i, m := range a {
+		names[m.ID] = fmt.Sprint("a", i+1)
+	}
+	for i, m := range u {
+		names[m.ID] = fmt.Sprint("u", i+1)
+	}
+	b.fake.FailCallsContaining(snsfake.ID(a[1].ID), http.StatusBadRequest, "InvalidParameter")
+
+	results := b.pub.Publish(context.Background(), msgs)
+
+	checkDelivered(t, b.fake, msgs, results, func(i int) bool { return i == 0 || i >= len(a) })
+	if r := results[1]; r.Kind != publish.Terminal || r.Code != publish.CodeInvalidPayload {
+		t.Errorf("a2: %s %s %v, want terminal INVALID_PAYLOAD", r.Kind, r.Code, r.Err)
+	}
+	for i := 2; i < len(a); i++ {
+		if r := results[i]; r.Kind != publish.Released || r.Latency != 0 {
+			t.Errorf("a%d: %s %s %v, latency %s; want released", i+1, r.Kind, r.Code, r.Err, r.Latency)
+		}
+	}
+	// [a1…u4] fails; [a1…a5] fails; [a1 a2] fails; [a1] ok; [a2] fails
+	// alone, which stops the key: [a3 a4 a5] is not sent, and of
+	// [a6 u1…u4] only the unordered ones are.
+	want := []string{"a1 a2 a3 a4 a5 a6 u1 u2 u3 u4", "a1 a2 a3 a4 a5", "a1 a2", "a1", "a2", "u1 u2 u3 u4"}
+	if got := namesOf(b.fake, names); !slices.Equal(got, want) {
+		t.Errorf("calls\n%q\nwant\n%q", got, want)
+	}
+}
+
+// On a FIFO topic, which publishes a batch's entries in order within a
+// message group, a key's entries in one call are consecutive and in
+// sequence order, and a key's later call is made only once its earlier one
+// was answered.
+func TestFIFOKeysGoInSequenceOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOptions{cfg: sns.Config{TopicARN: snsfake.TopicARN(fifoTopic)}})
+	b.fake.SetLatency(10 * time.Millisecond)
+	msgs := slices.Concat(publishtest.OrderedMessages("account-1", 25, 64), publishtest.OrderedMessages("account-2", 4, 64), publishtest.Messages(5, 64))
+	slices.Reverse(msgs)
+
+	checkDelivered(t, b.fake, msgs, b.pub.Publish(context.Background(), msgs), all)
+
+	last := map[string]int64{}
+	for i, c := range b.fake.Calls() {
+		var groups []string
+		for _, e := range c.Entries {
+			group := e.MessageGroupId
+			if group == "outbox" {
+				continue // the default group: messages without a key
+			}
+			if len(groups) > 0 && groups[len(groups)-1] != group && slices.Contains(groups, group) {
+				t.Errorf("call %d: the entries of group %s are not consecutive", i, group)
+			}
+			groups = append(groups, group)
+			seq, _ := strconv.ParseInt(e.Attributes["outbox.sequence_id"].StringValue, 10, 64)
+			if seq <= last[group] {
+				t.Errorf("call %d: group %s sequence id %d after %d", i, group, seq, last[group])
+			}
+			last[group] = seq
+		}
+	}
+	if n := b.fake.Requests(); n < 3 {
+		t.Errorf("%d requests for a key of 25 messages, want at least 3 one after another", n)
 	}
 }

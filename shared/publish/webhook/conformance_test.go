@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -23,6 +24,7 @@ import (
 // failure injection in its handler.
 type sinkDouble struct {
 	mu       sync.Mutex
+	calls    [][]uuid.UUID // every request's message, before the receiver judges it
 	received []uuid.UUID
 	fail     map[uuid.UUID]bool // id → terminal
 	requests atomic.Int64
@@ -55,6 +57,16 @@ func TestConformance(t *testing.T) {
 		closing := make(chan struct{})
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			double.requests.Add(1)
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if id, err := publishtest.EnvelopeMessageID(body); err == nil {
+				double.mu.Lock()
+				double.calls = append(double.calls, []uuid.UUID{id})
+				double.mu.Unlock()
+			}
 			if double.stalled.Load() {
 				select {
 				case <-r.Context().Done():
@@ -75,6 +87,11 @@ func TestConformance(t *testing.T) {
 				double.mu.Lock()
 				defer double.mu.Unlock()
 				return append([]uuid.UUID(nil), double.received...)
+			},
+			Calls: func() [][]uuid.UUID {
+				double.mu.Lock()
+				defer double.mu.Unlock()
+				return append([][]uuid.UUID(nil), double.calls...)
 			},
 			Requests: func() int { return int(double.requests.Load()) },
 			Fail: func(id uuid.UUID, terminal bool) {

@@ -2,7 +2,10 @@
 // [publish.Envelope] to one URL, signed per the Standard Webhooks scheme
 // (https://www.standardwebhooks.com), and maps the answer to a
 // [publish.Result]. Webhooks are per message: one request per message, a
-// bounded number in flight ([Config.Concurrency]).
+// bounded number in flight ([Config.Concurrency]). The messages of one
+// ordering key go one after another, each only once the receiver accepted
+// the one before; at the first it does not accept, the rest of the key is
+// not sent (publish.Released). Different keys go side by side.
 //
 // # The request
 //

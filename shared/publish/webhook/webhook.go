@@ -113,15 +113,15 @@ func (c Config) validate() (*url.URL, error) {
 // Publisher delivers messages to one webhook URL. It is safe for concurrent
 // use; build one per target, once per cold start.
 type Publisher struct {
-	client      *http.Client
-	url         *url.URL
-	target      string // the URL without credentials or query, for errors
-	signer      *standardwebhooks.Webhook
-	staticHdr   http.Header // Content-Type, User-Agent, Config.Headers
-	timeout     time.Duration
-	maxBody     int
-	concurrency int
-	now         func() time.Time
+	client    *http.Client
+	url       *url.URL
+	target    string // the URL without credentials or query, for errors
+	signer    *standardwebhooks.Webhook
+	staticHdr http.Header // Content-Type, User-Agent, Config.Headers
+	timeout   time.Duration
+	maxBody   int
+	now       func() time.Time
+	batcher   publish.Batcher[[]byte]
 }
 
 var _ publish.Publisher = (*Publisher)(nil)
@@ -154,17 +154,18 @@ func New(client *http.Client, cfg Config) (*Publisher, error) {
 	static.Set("User-Agent", cfg.UserAgent)
 
 	target := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
-	return &Publisher{
-		client:      client,
-		url:         u,
-		target:      target.String(),
-		signer:      signer,
-		staticHdr:   static,
-		timeout:     cfg.Timeout,
-		maxBody:     cfg.MaxPayloadBytes,
-		concurrency: cfg.Concurrency,
-		now:         time.Now,
-	}, nil
+	p := &Publisher{
+		client:    client,
+		url:       u,
+		target:    target.String(),
+		signer:    signer,
+		staticHdr: static,
+		timeout:   cfg.Timeout,
+		maxBody:   cfg.MaxPayloadBytes,
+		now:       time.Now,
+	}
+	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: p.encode, Call: p.post}
+	return p, nil
 }
 
 // NewHTTPClient is the client New builds when given none: keep-alive with
@@ -194,10 +195,11 @@ func NewHTTPClient(concurrency int) *http.Client {
 // noRedirects hands a 3xx back to the publisher, which makes it terminal.
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-// Publish POSTs each message, up to Concurrency at once, and returns one
-// result per message, in order.
+// Publish POSTs each message, up to Concurrency at once, each ordering
+// key's one after another in sequence order (see publish.Publisher), and
+// returns one result per message, in order.
 func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
-	return publish.EachConcurrently(ctx, msgs, p.concurrency, p.publishOne)
+	return p.batcher.Publish(ctx, msgs)
 }
 
 // Bounds on reading an answer: the head is kept for the error, the rest is
@@ -208,22 +210,33 @@ const (
 	drainBytes   = 64 << 10
 )
 
-func (p *Publisher) publishOne(ctx context.Context, m *lease.Message) publish.Result {
-	if err := ctx.Err(); err != nil {
-		r, _ := publish.ContextResult(ctx, err)
-		return r
-	}
+// encode is a message's request body, the envelope, or its refusal before
+// any request.
+func (p *Publisher) encode(m *lease.Message) ([]byte, int, *publish.Result) {
+	refuse := func(r publish.Result) ([]byte, int, *publish.Result) { return nil, 0, &r }
 	if len(m.Payload) > p.maxBody {
-		return p.tooLarge(len(m.Payload), "payload")
+		return refuse(p.tooLarge(len(m.Payload), "payload"))
 	}
 	body, err := publish.EncodeEnvelope(m)
 	if err != nil {
-		return publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("webhook: encode the envelope: %w", err))
+		return refuse(publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("webhook: encode the envelope: %w", err)))
 	}
 	if len(body) > p.maxBody {
-		return p.tooLarge(len(body), "envelope")
+		return refuse(p.tooLarge(len(body), "envelope"))
 	}
+	return body, len(body), nil
+}
 
+// post is the Batcher's call: one request, one message.
+func (p *Publisher) post(ctx context.Context, msgs []*lease.Message, bodies [][]byte, results []publish.Result) bool {
+	results[0] = p.postOne(ctx, msgs[0], bodies[0])
+	return false
+}
+
+// postOne signs and POSTs one body. It signs at sending time, not at
+// encoding time, so the timestamp a receiver checks for freshness is the
+// request's own.
+func (p *Publisher) postOne(ctx context.Context, m *lease.Message, body []byte) publish.Result {
 	key := m.StableKey()
 	sentAt := p.now()
 	signature, err := p.signer.Sign(key, sentAt, body)

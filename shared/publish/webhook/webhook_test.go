@@ -551,7 +551,7 @@ func TestConfigValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.timeout != DefaultTimeout || p.maxBody != DefaultMaxPayloadBytes || p.concurrency != DefaultConcurrency ||
+	if p.timeout != DefaultTimeout || p.maxBody != DefaultMaxPayloadBytes || p.batcher.Concurrency != DefaultConcurrency ||
 		p.staticHdr.Get("User-Agent") != DefaultUserAgent {
 		t.Errorf("defaults not applied: %+v", p)
 	}
