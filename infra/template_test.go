@@ -253,6 +253,7 @@ func TestAlarmsAndDashboard(t *testing.T) {
 		"OldestPendingAgeAlarm":      "OldestPendingAgeSeconds",
 		"DeadLetterDepthRisingAlarm": "DeadLetterDepth",
 		"ExpiredLeasesAlarm":         "ExpiredLeases",
+		"BlockedKeyAlarm":            "OldestBlockedKeyAgeSeconds",
 		"RetryRateSpikeAlarm":        "Retried",
 		"DispatchErrorsAlarm":        "Errors",
 		"DispatchThrottlesAlarm":     "Throttles",
@@ -281,7 +282,7 @@ func TestAlarmsAndDashboard(t *testing.T) {
 	body := res.get("Dashboard", "Properties", "DashboardBody")
 	var text strings.Builder
 	walk(body.Node, "", func(_ string, n *yaml.Node) { text.WriteString(n.Value + "\n") })
-	for _, metric := range []string{"PendingDepth", "OldestPendingAgeSeconds", "Delivered", "DispatchLatency", "DeadLetterDepth", "ExpiredLeases"} {
+	for _, metric := range []string{"PendingDepth", "OldestPendingAgeSeconds", "Delivered", "DispatchLatency", "DeadLetterDepth", "ExpiredLeases", "BlockedKeys", "OldestBlockedKeyAgeSeconds", "Released"} {
 		if !strings.Contains(text.String(), `"`+metric+`"`) {
 			t.Errorf("the dashboard has no %s widget", metric)
 		}

@@ -32,16 +32,16 @@ var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_oper
 // other function of schema outbox is denied to it.
 var grantedFunctions = map[string][]string{
 	"outbox_producer":   {"enqueue", "enqueue_batch"},
-	"outbox_dispatcher": {"claim_batch", "complete_batch", "complete", "repair_expired_leases", "purge", "stats"},
-	"outbox_operator":   {"replay_dead", "stats"},
-	"outbox_reader":     {"stats"},
+	"outbox_dispatcher": {"claim_batch", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys"},
+	"outbox_operator":   {"replay_dead", "discard", "stats", "blocked_keys"},
+	"outbox_reader":     {"stats", "blocked_keys"},
 }
 
 // readableTables are the tables each role may SELECT; no role may do
 // anything else to any table.
 var readableTables = map[string][]string{
-	"outbox_operator": {"pending", "attempts", "dead"},
-	"outbox_reader":   {"pending", "attempts", "dead"},
+	"outbox_operator": {"pending", "attempts", "dead", "limits"},
+	"outbox_reader":   {"pending", "attempts", "dead", "limits"},
 }
 
 type function struct {

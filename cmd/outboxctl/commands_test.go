@@ -468,3 +468,52 @@ func TestUnknownCommand(t *testing.T) {
 	cli(t, invocation{}, "frobnicate").wantError(t, "frobnicate", 2, `unknown command "frobnicate"`)
 	cli(t, invocation{}).wantOK(t, "no command: the help", "outboxctl demo")
 }
+
+// A parked key shows in `blocked` with its dead head and what waits behind
+// it; `discard` needs --yes and a reason, records both, and lets the key go.
+func TestBlockedAndDiscard(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := outbox.Enqueue(ctx, d.Pool, outbox.Message{Namespace: "payments", Topic: "captured", OrderingKey: "acct-1",
+			Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := lease.NewStore(d.Pool)
+	head, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 10, Lease: time.Minute})
+	if err != nil || len(head) != 1 {
+		t.Fatalf("claim: %v %v", head, err)
+	}
+	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: head[0].ID, LeaseToken: head[0].LeaseToken,
+		Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", ErrorMessage: "HTTP 422: unknown card", OnDead: lease.OnDeadPark}}); err != nil {
+		t.Fatal(err)
+	}
+
+	cli(t, env, "blocked").wantOK(t, "blocked", "payments/acct-1", "parked", head[0].ID.String(), "TARGET_REJECTED", "unknown card")
+	var keys []lease.BlockedKey
+	out := cli(t, env, "blocked", "--json")
+	if err := json.Unmarshal([]byte(out.out), &keys); err != nil || len(keys) != 1 || keys[0].Waiting != 2 {
+		t.Fatalf("blocked --json: %s (%v)", out.out, err)
+	}
+
+	id := head[0].ID.String()
+	cli(t, env, "discard", id).wantOK(t, "discard (dry run)", "dead payments/captured", "which waits for it", "dry run")
+	cli(t, env, "discard", id, "--yes").wantError(t, "discard --yes without a reason", 2, "--yes needs a --reason")
+	cli(t, env, "discard", "not-an-id").wantError(t, "discard a bad id", 2, `"not-an-id" is not a message id`)
+	cli(t, env, "discard", id, "--yes", "--reason", "card replaced", "--operator", "ana").wantOK(t, "discard", "discarded "+id+" (dead) as ana: card replaced")
+	var state, operator, reason string
+	if err := d.Pool.QueryRow(ctx, `SELECT state, operator, reason FROM outbox.attempts WHERE message_id = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&state, &operator, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if state != "DISCARDED" || operator != "ana" || reason != "card replaced" {
+		t.Errorf("archive: %s by %s for %q", state, operator, reason)
+	}
+	cli(t, env, "blocked").wantOK(t, "blocked after the discard", "no blocked ordering keys")
+	next, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 10, Lease: time.Minute})
+	if err != nil || len(next) != 1 || next[0].SequenceID != 2 {
+		t.Fatalf("after the discard the key's next message is not claimable: %v %v", next, err)
+	}
+}

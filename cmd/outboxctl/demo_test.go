@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/migrations"
 	"github.com/outboxkit/dispatcher/shared/awstest/moto"
 	"github.com/outboxkit/dispatcher/shared/localpg"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -100,8 +103,8 @@ func TestDemo(t *testing.T) {
 	// What a newcomer reads.
 	text := cli(t, env, "demo", "--demo-database", name, "--messages", "300", "--tenants", "7", "--local-dir", local)
 	text.wantOK(t, "demo", "1. PostgreSQL", "the server of OUTBOX_DATABASE_URL", "fresh database "+name,
-		"2. Migrations", "4 applied", "3. Enqueue", "300 usage snapshots for 7 tenants", "6 suppressed",
-		"4. Sink", "5. Dispatch", "[██████████████████████████████] 300/300", "6. Reaper", `{"requeued":0,"purged_attempts":0,"purged_dedupe":0}`,
+		"2. Migrations", fmt.Sprintf("%d applied", embeddedMigrations(t)), "3. Enqueue", "300 usage snapshots for 7 tenants", "6 suppressed",
+		"4. Sink", "5. Dispatch", "[██████████████████████████████] 300/300", "6. Reaper", `{"requeued":0,"purged_attempts":0,"purged_dedupe":0,"purged_keys":0}`,
 		"7. Dead letters", "$ outboxctl dead list", "TARGET_REJECTED", "8. Replay", "dry run: 5 dead letters would be replayed",
 		"Summary", "delivered              295: 295 http", "exactly once           the sink handled 295 keys, each once (0 missing;",
 		"dead                   5", "latency p50 / p99", "export OUTBOX_DATABASE_URL=")
@@ -110,7 +113,7 @@ func TestDemo(t *testing.T) {
 	// afresh.
 	rep := runDemoJSON(t, env, "--demo-database", name, "--messages", "3000", "--tenants", "20", "--local-dir", local)
 	checkReport(t, rep, 3000)
-	if !strings.Contains(rep.Postgres, "OUTBOX_DATABASE_URL") || rep.Migrations != 4 {
+	if !strings.Contains(rep.Postgres, "OUTBOX_DATABASE_URL") || rep.Migrations != embeddedMigrations(t) {
 		t.Errorf("postgres %q, %d migrations", rep.Postgres, rep.Migrations)
 	}
 	dbURL, err := withDatabase(pgtest.URL(), name)
@@ -202,4 +205,14 @@ func TestDemoWithAnAWSEmulator(t *testing.T) {
 	if !strings.Contains(rep.AWS, "SNS topic arn:aws:sns:") || !strings.Contains(rep.AWS, srv.URL) {
 		t.Errorf("aws: %q", rep.AWS)
 	}
+}
+
+// embeddedMigrations counts the migration files every binary carries.
+func embeddedMigrations(t *testing.T) int {
+	t.Helper()
+	files, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(files)
 }

@@ -16,6 +16,16 @@ type Config struct {
 	MaxBatches int
 	// Namespaces restricts claims to these namespaces (default: all).
 	Namespaces []string
+	// OrderedRun is the most messages of one ordering key a claim hands
+	// out (default 100): the key's head and the messages queued behind it,
+	// delivered in order. A hot key delivers about OrderedRun messages per
+	// claim-and-complete cycle, so this keeps a target busy with one key.
+	OrderedRun int
+	// BatchBytes bounds the payload bytes of one claim (default 64 MiB): the
+	// dispatcher's memory budget per batch. Two batches are in memory at
+	// once (one published while the next is claimed), each about three
+	// times its payload bytes with the encoded requests.
+	BatchBytes int64
 	// Lease is how long a claim holds its messages (default 5 minutes).
 	// It must exceed FunctionTimeout + SafetyMargin: a lease that could
 	// expire while this invocation still works would let another worker
@@ -49,6 +59,8 @@ const (
 	DefaultSafetyMargin      = 10 * time.Second
 	DefaultCompletionReserve = 2 * time.Second
 	DefaultTargetConcurrency = 8
+	DefaultOrderedRun        = 100
+	DefaultBatchBytes        = 64 << 20
 	MaxBatchSize             = 10_000
 )
 
@@ -70,6 +82,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TargetConcurrency == 0 {
 		c.TargetConcurrency = DefaultTargetConcurrency
+	}
+	if c.OrderedRun == 0 {
+		c.OrderedRun = DefaultOrderedRun
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = DefaultBatchBytes
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -100,6 +118,12 @@ func (c Config) Validate() error {
 	}
 	if c.CompletionReserve <= 0 || c.CompletionReserve >= c.SafetyMargin {
 		errs = append(errs, fmt.Errorf("the completion reserve (%s) must be positive and below OUTBOX_SAFETY_MARGIN (%s)", c.CompletionReserve, c.SafetyMargin))
+	}
+	if c.OrderedRun < 1 || c.OrderedRun > MaxBatchSize {
+		errs = append(errs, fmt.Errorf("OUTBOX_ORDERED_RUN must be between 1 and %d, got %d", MaxBatchSize, c.OrderedRun))
+	}
+	if c.BatchBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("OUTBOX_BATCH_MAX_BYTES must be at least 1 MiB (1048576), got %d", c.BatchBytes))
 	}
 	if c.TargetConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("OUTBOX_TARGET_CONCURRENCY must be at least 1, got %d", c.TargetConcurrency))

@@ -1,12 +1,33 @@
 // Package dispatch is the bounded run one dispatch invocation performs:
 // claim a batch, route each message, publish each route's messages with
 // bounded concurrency, record every outcome in one completion call, and
-// repeat while batches come back full — until the queue is drained, the
-// batch budget is spent, or the invocation's deadline is near.
+// repeat while claims return work — until the queue is drained, the batch
+// budget is spent, or the invocation's deadline is near.
 //
 //	claim (1 round trip) ─► route ─► publish per target, concurrently ─► complete (1 round trip)
 //	      ▲                                                                      │
-//	      └──────────────── while the batch was full, time and budget remain ────┘
+//	      └──────────── while claims return work, time and budget remain ────────┘
+//
+// # Ordered runs
+//
+// A claim hands out, per ordering key, a run: the key's head and up to
+// OrderedRun-1 of the messages queued behind it, in sequence order. The
+// publishers deliver each run strictly in that order (per-message targets
+// one call after another, SNS FIFO topics in ordered batches), different
+// keys in parallel; at the first message of a run that is not delivered,
+// the rest of the run is released untouched (no attempt charged, nothing
+// archived) so that nothing of the key overtakes it. A run also stops where
+// its messages would go to another target, or where one cannot be sent at
+// all (no route, too large, failing the route's schema): what follows waits
+// for the next claim, which the database hands out only once this run is
+// recorded (one claim in flight per key).
+//
+// A claim that comes back short does not end the run: a queue of a few hot
+// keys yields one run per key per claim, and the next runs of those keys
+// are claimable as soon as the current ones are recorded. The run ends when
+// a claim made after every earlier completion comes back empty.
+//
+// # Time
 //
 // Time is the scarce resource of a Lambda invocation. The engine stops
 // claiming when less than SafetyMargin remains before the deadline, gives the
@@ -14,7 +35,17 @@
 // reserve, so that every message it claimed is completed exactly once — or,
 // if the process dies, left leased for the reaper. The lease always outlasts
 // the invocation (Config.Validate enforces it), so no other worker can take a
-// message while this one may still complete it.
+// message while this one may still complete it. A batch the run claimed but
+// will not publish (time ran out, or the database failed under it) is
+// released, not left to expire.
+//
+// # Memory
+//
+// A claim is bounded by BatchBytes of payload as well as by BatchSize
+// messages, and never loads a payload larger than the largest any route may
+// send: such a message comes back without it and is dead-lettered as
+// PAYLOAD_TOO_LARGE without a call. So a producer's 100 MB payload costs the
+// function nothing.
 package dispatch
 
 import (
@@ -61,6 +92,9 @@ type Engine struct {
 	publishers map[string]publish.Publisher
 	log        *slog.Logger
 	tracer     *tracing.Tracer
+	// maxPayload is the largest payload any route may send: a claim never
+	// loads a larger one.
+	maxPayload int
 }
 
 // SetTracer records a span around each claim, publish and completion
@@ -75,15 +109,17 @@ func New(cfg Config, store Store, routes *route.Table, publishers map[string]pub
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	maxPayload := 0
 	for _, r := range routes.Routes {
 		if publishers[r.Target.Key()] == nil {
 			return nil, fmt.Errorf("dispatch: no publisher for %s (target %s)", r.Name, r.Target.Key())
 		}
+		maxPayload = max(maxPayload, r.MaxPayloadBytes)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{cfg: cfg, store: store, routes: routes, publishers: publishers, log: log}, nil
+	return &Engine{cfg: cfg, store: store, routes: routes, publishers: publishers, log: log, maxPayload: maxPayload}, nil
 }
 
 // Request is one invocation's parameters: the event's overrides applied to
@@ -103,13 +139,17 @@ type Request struct {
 
 // Summary is a run's answer (DESIGN.md §4).
 type Summary struct {
-	WorkerID   string `json:"worker_id"`
-	Batches    int    `json:"batches"`
-	Claimed    int    `json:"claimed"`
-	Delivered  int    `json:"delivered"`
-	Retried    int    `json:"retried"`
-	Dead       int    `json:"dead"`
-	LeaseLost  int    `json:"lease_lost"`
+	WorkerID  string `json:"worker_id"`
+	Batches   int    `json:"batches"`
+	Claimed   int    `json:"claimed"`
+	Delivered int    `json:"delivered"`
+	Retried   int    `json:"retried"`
+	Dead      int    `json:"dead"`
+	LeaseLost int    `json:"lease_lost"`
+	// Released counts messages given back untouched: the rest of an
+	// ordered run after a message that was not delivered, and batches the
+	// run claimed but did not publish.
+	Released   int    `json:"released"`
 	DurationMS int64  `json:"duration_ms"`
 	StoppedBy  string `json:"stopped_by"`
 	// Targets breaks the counts down by target type, for metrics.
@@ -121,7 +161,8 @@ type TargetStats struct {
 	Delivered int
 	Retried   int
 	Dead      int
-	// Latencies are the durations of the publish calls to this target type.
+	// Latencies are the durations of the calls that carried each message
+	// (a batch call's duration for each of its messages).
 	Latencies []time.Duration
 }
 
@@ -137,31 +178,34 @@ func (s *Summary) target(kind string) *TargetStats {
 	return t
 }
 
+// merge adds a batch's figures to the run's.
+func (s *Summary) merge(part *Summary) {
+	s.Delivered += part.Delivered
+	s.Retried += part.Retried
+	s.Dead += part.Dead
+	s.LeaseLost += part.LeaseLost
+	s.Released += part.Released
+	for kind, ts := range part.Targets {
+		into := s.target(kind)
+		into.Delivered += ts.Delivered
+		into.Retried += ts.Retried
+		into.Dead += ts.Dead
+		into.Latencies = append(into.Latencies, ts.Latencies...)
+	}
+}
+
 // Run performs one bounded run. It returns the summary of what was done
 // even when it returns an error (a database failure mid-run); messages whose
-// completion failed stay leased until the reaper requeues them.
+// completion failed stay leased until the reaper requeues them, and batches
+// claimed but not yet published are released.
 func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) {
 	start := e.cfg.Clock()
 	sum.WorkerID = req.WorkerID
 	// A named result, so that the duration reaches the caller on every path.
 	defer func() { sum.DurationMS = e.cfg.Clock().Sub(start).Milliseconds() }()
 
-	batchSize, maxBatches, namespaces := e.cfg.BatchSize, e.cfg.MaxBatches, e.cfg.Namespaces
-	if req.BatchSize > 0 {
-		batchSize = req.BatchSize
-	}
-	if req.MaxBatches > 0 {
-		maxBatches = req.MaxBatches
-	}
-	if len(req.Namespaces) > 0 {
-		namespaces = req.Namespaces
-	}
 	if req.WorkerID == "" {
 		return sum, errors.New("dispatch: a worker id is required")
-	}
-	log := req.Log
-	if log == nil {
-		log = e.log
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		// The lease must outlast everything this invocation may still do.
@@ -170,132 +214,46 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 				left.Round(time.Millisecond), e.cfg.Lease, e.cfg.SafetyMargin)
 		}
 	}
+	r := &run{e: e, ctx: ctx, sum: &sum, workerID: req.WorkerID,
+		batchSize: e.cfg.BatchSize, maxBatches: e.cfg.MaxBatches, namespaces: e.cfg.Namespaces, log: req.Log}
+	if req.BatchSize > 0 {
+		r.batchSize = req.BatchSize
+	}
+	if req.MaxBatches > 0 {
+		r.maxBatches = req.MaxBatches
+	}
+	if len(req.Namespaces) > 0 {
+		r.namespaces = req.Namespaces
+	}
+	if r.log == nil {
+		r.log = e.log
+	}
+	return sum, r.drive()
+}
 
-	claim := func() ([]lease.Message, error) {
-		claimCtx, span := e.tracer.Start(ctx, "claim")
-		msgs, err := e.store.ClaimBatch(claimCtx, lease.ClaimParams{
-			WorkerID: req.WorkerID, BatchSize: batchSize, Lease: e.cfg.Lease, Namespaces: namespaces,
-		})
-		span.SetAttribute("claimed", len(msgs))
-		span.End(err)
-		if err != nil {
-			return nil, fmt.Errorf("dispatch: claim: %w", err)
-		}
-		return msgs, nil
-	}
-	// mayClaim says whether a batch whose publishing starts after waitFor
-	// may be claimed, or why not: it must start with the safety margin
-	// still ahead of the deadline.
-	mayClaim := func(waitFor time.Duration) (bool, string) {
-		switch deadline, ok := ctx.Deadline(); {
-		case sum.Batches >= maxBatches:
-			return false, StoppedMaxBatches
-		case ok && deadline.Sub(e.cfg.Clock())-waitFor < e.cfg.SafetyMargin, ctx.Err() != nil:
-			return false, StoppedDeadline
-		}
-		return true, ""
-	}
+// run is one Run's state. The run is a pipeline: while batch n is
+// published, batch n-1 is completed and batch n+1 claimed, so that the two
+// database round trips hide behind the target's latency instead of adding
+// to it. At most two batches are leased at once.
+type run struct {
+	e          *Engine
+	ctx        context.Context
+	sum        *Summary
+	workerID   string
+	batchSize  int
+	maxBatches int
+	namespaces []string
+	log        *slog.Logger
+
 	// slowestPublish is the longest a batch's publishing has taken in this
 	// run. A batch claimed ahead is published only after the current one,
-	// so it is claimed only if the margin would still be left then, by this
-	// estimate; otherwise it would start short of time and its calls be cut
-	// off by the completion reserve, answered by the target but recorded as
-	// retries.
-	var slowestPublish time.Duration
-
-	// The run is a pipeline: while batch n is published, batch n-1 is
-	// completed and batch n+1 claimed, so that the two database round trips
-	// hide behind the target's latency instead of adding to it. At most two
-	// batches are leased at once; the safety margin is checked before every
-	// claim, for the time the claimed batch will start publishing. Under a
-	// deadline, the first batch's successor is claimed only after the first
-	// is published: until then there is no publishing time to go by.
-	var completing chan batchDone // batch n-1's completion, while n publishes
-	settle := func() error {
-		if completing == nil {
-			return nil
-		}
-		done := <-completing
-		completing = nil
-		sum.merge(&done.part)
-		return done.err
-	}
-	finish := func(stoppedBy string, err error) (Summary, error) {
-		if settleErr := settle(); err == nil {
-			err = settleErr
-		}
-		if err == nil {
-			sum.StoppedBy = stoppedBy
-		}
-		return sum, err
-	}
-
-	if ok, why := mayClaim(0); !ok {
-		return finish(why, nil)
-	}
-	msgs, err := claim()
-	for {
-		if err != nil {
-			return finish("", err)
-		}
-		if len(msgs) == 0 {
-			return finish(StoppedDrained, nil)
-		}
-		sum.Batches++
-		sum.Claimed += len(msgs)
-
-		stoppedBy := StoppedDrained // a short batch drained the queue
-		var ahead chan claimResult
-		claimAfter := false
-		if len(msgs) == batchSize {
-			var ok bool
-			if _, timed := ctx.Deadline(); timed && sum.Batches == 1 {
-				// No publishing measured yet to tell whether a batch claimed
-				// now would start in time: claim the next one after this one
-				// is published.
-				claimAfter = true
-			} else if ok, stoppedBy = mayClaim(slowestPublish); ok {
-				ahead = make(chan claimResult, 1)
-				go func() {
-					next, err := claim()
-					ahead <- claimResult{next, err}
-				}()
-			}
-		}
-
-		publishing := e.cfg.Clock()
-		items := e.publishBatch(ctx, msgs)
-		slowestPublish = max(slowestPublish, e.cfg.Clock().Sub(publishing))
-		if err := settle(); err != nil {
-			// The previous completion failed (the database went away): still
-			// try to record what was just published, then stop. A batch
-			// claimed ahead stays leased until the reaper requeues it.
-			var part Summary
-			if cerr := e.complete(ctx, log, req.WorkerID, items, &part); cerr == nil {
-				sum.merge(&part)
-			}
-			return sum, err
-		}
-		completing = make(chan batchDone, 1)
-		go func() {
-			var part Summary
-			err := e.complete(ctx, log, req.WorkerID, items, &part)
-			completing <- batchDone{part: part, err: err}
-		}()
-
-		if claimAfter {
-			if ok, why := mayClaim(0); !ok {
-				return finish(why, nil)
-			}
-			msgs, err = claim()
-			continue
-		}
-		if ahead == nil {
-			return finish(stoppedBy, nil)
-		}
-		next := <-ahead
-		msgs, err = next.msgs, next.err
-	}
+	// so it is claimed only if the safety margin would still be left then,
+	// by this estimate; otherwise it would start short of time and its
+	// calls be cut off by the completion reserve.
+	slowestPublish time.Duration
+	// completing is the previous batch's completion while the current one
+	// publishes.
+	completing chan batchDone
 }
 
 type claimResult struct {
@@ -308,19 +266,208 @@ type batchDone struct {
 	err  error
 }
 
-// merge adds a batch's figures to the run's.
-func (s *Summary) merge(part *Summary) {
-	s.Delivered += part.Delivered
-	s.Retried += part.Retried
-	s.Dead += part.Dead
-	s.LeaseLost += part.LeaseLost
-	for kind, ts := range part.Targets {
-		into := s.target(kind)
-		into.Delivered += ts.Delivered
-		into.Retried += ts.Retried
-		into.Dead += ts.Dead
-		into.Latencies = append(into.Latencies, ts.Latencies...)
+// following is how the batch after the current one is got: claimed ahead
+// while the current one publishes, claimed after it, or not at all (why).
+type following struct {
+	ahead chan claimResult
+	after bool
+	why   string
+}
+
+func (r *run) drive() error {
+	if why := r.mayClaim(0); why != "" {
+		return r.stop(why, nil)
 	}
+	batch, err := r.claim()
+	for {
+		if err != nil {
+			return r.stop("", err)
+		}
+		if len(batch) == 0 {
+			if r.completing == nil {
+				return r.stop(StoppedDrained, nil)
+			}
+			// The batch being recorded may hold its keys' next messages,
+			// which become claimable once it is: look again after it.
+			if err := r.settle(); err != nil {
+				return r.stop("", err)
+			}
+			if why := r.mayClaim(0); why != "" {
+				return r.stop(why, nil)
+			}
+			batch, err = r.claim()
+			continue
+		}
+		r.sum.Batches++
+		r.sum.Claimed += len(batch)
+
+		if r.pastPublishing() {
+			// The estimate that let this batch be claimed was wrong: give
+			// it back whole rather than start calls that would be cut off.
+			r.release(batch)
+			return r.stop(StoppedDeadline, nil)
+		}
+		next := r.planFollowing()
+		started := r.e.cfg.Clock()
+		items := r.e.publishBatch(r.ctx, batch)
+		r.slowestPublish = max(r.slowestPublish, r.e.cfg.Clock().Sub(started))
+
+		if err := r.settle(); err != nil {
+			// The previous completion failed (the database went away):
+			// still try to record what was just published, give back what
+			// was claimed ahead, and stop.
+			var part Summary
+			if r.e.complete(r.ctx, r.log, r.workerID, items, &part) == nil {
+				r.sum.merge(&part)
+			}
+			if next.ahead != nil {
+				if got := <-next.ahead; got.err == nil {
+					r.release(got.msgs)
+				}
+			}
+			return err
+		}
+		r.completeAsync(items)
+
+		switch {
+		case next.ahead != nil:
+			got := <-next.ahead
+			batch, err = got.msgs, got.err
+		case next.after:
+			if why := r.mayClaim(0); why != "" {
+				return r.stop(why, nil)
+			}
+			batch, err = r.claim()
+		default:
+			return r.stop(next.why, nil)
+		}
+	}
+}
+
+// planFollowing decides how the next batch is got while the current one is
+// published. Under a deadline, the first batch's successor is claimed only
+// after the first is published: until then there is no publishing time to
+// judge it by.
+func (r *run) planFollowing() following {
+	if _, timed := r.ctx.Deadline(); timed && r.slowestPublish == 0 {
+		return following{after: true}
+	}
+	if why := r.mayClaim(r.slowestPublish); why != "" {
+		return following{why: why}
+	}
+	ahead := make(chan claimResult, 1)
+	go func() {
+		msgs, err := r.claim()
+		ahead <- claimResult{msgs, err}
+	}()
+	return following{ahead: ahead}
+}
+
+// mayClaim says why a batch whose publishing starts after waitFor may not
+// be claimed ("" when it may): it must start with the safety margin still
+// ahead of the deadline, within the batch budget.
+func (r *run) mayClaim(waitFor time.Duration) string {
+	switch deadline, ok := r.ctx.Deadline(); {
+	case r.sum.Batches >= r.maxBatches:
+		return StoppedMaxBatches
+	case ok && deadline.Sub(r.e.cfg.Clock())-waitFor < r.e.cfg.SafetyMargin, r.ctx.Err() != nil:
+		return StoppedDeadline
+	}
+	return ""
+}
+
+// pastPublishing reports whether the publishers' time (the deadline minus
+// the completion reserve) is already over.
+func (r *run) pastPublishing() bool {
+	deadline, ok := r.ctx.Deadline()
+	return r.ctx.Err() != nil || (ok && !r.e.cfg.Clock().Before(deadline.Add(-r.e.cfg.CompletionReserve)))
+}
+
+func (r *run) claim() ([]lease.Message, error) {
+	ctx, span := r.e.tracer.Start(r.ctx, "claim")
+	msgs, err := r.e.store.ClaimBatch(ctx, lease.ClaimParams{
+		WorkerID: r.workerID, BatchSize: r.batchSize, Lease: r.e.cfg.Lease, Namespaces: r.namespaces,
+		MaxRun: r.e.cfg.OrderedRun, MaxBytes: r.e.cfg.BatchBytes, MaxPayloadBytes: r.e.maxPayload,
+	})
+	span.SetAttribute("claimed", len(msgs))
+	span.End(err)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: claim: %w", err)
+	}
+	return msgs, nil
+}
+
+// completeAsync records items while the next batch publishes.
+func (r *run) completeAsync(items []pending) {
+	done := make(chan batchDone, 1)
+	r.completing = done
+	go func() {
+		var part Summary
+		err := r.e.complete(r.ctx, r.log, r.workerID, items, &part)
+		done <- batchDone{part: part, err: err}
+	}()
+}
+
+// settle waits for the previous batch's completion and adds its figures.
+func (r *run) settle() error {
+	if r.completing == nil {
+		return nil
+	}
+	done := <-r.completing
+	r.completing = nil
+	r.sum.merge(&done.part)
+	return done.err
+}
+
+// stop ends the run: the last completion is awaited, and the reason
+// recorded when there was no error.
+func (r *run) stop(why string, err error) error {
+	if settleErr := r.settle(); err == nil {
+		err = settleErr
+	}
+	if err == nil {
+		r.sum.StoppedBy = why
+	}
+	return err
+}
+
+// release gives a batch that will not be published back to the queue,
+// untouched. It is best effort: if it fails, the leases expire and the
+// reaper requeues the messages as it would after a crash.
+func (r *run) release(msgs []lease.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	results := make([]lease.Result, len(msgs))
+	for i := range msgs {
+		results[i] = lease.Result{ID: msgs[i].ID, LeaseToken: msgs[i].LeaseToken, Outcome: lease.Released}
+	}
+	ctx, cancel := r.e.completionContext(r.ctx)
+	defer cancel()
+	completions, err := r.e.store.CompleteBatch(ctx, r.workerID, results)
+	if err != nil {
+		r.log.Warn("could not release a batch that was not published; its leases will expire and the reaper will requeue it",
+			"worker_id", r.workerID, "messages", len(msgs), "error", err.Error())
+		return
+	}
+	for _, c := range completions {
+		if c.Status == lease.StatusOK {
+			r.sum.Released++
+		} else {
+			r.sum.LeaseLost++
+		}
+	}
+}
+
+// completionContext is what a completion may use: the reserve the
+// publishers were denied, but not more (past the deadline the function is
+// frozen or killed anyway), and a few seconds outside Lambda.
+func (e *Engine) completionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = e.cfg.Clock().Add(e.cfg.SafetyMargin)
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
 }
 
 // pending is one claimed message on its way through a batch.
@@ -328,41 +475,81 @@ type pending struct {
 	msg    *lease.Message
 	route  *route.Route
 	result publish.Result
-	// latency is the duration of the publish call that carried it.
-	latency time.Duration
 }
 
+// orderingKey names an ordering key; keys are scoped by namespace.
+type orderingKey struct{ namespace, key string }
+
 // publishBatch routes the claimed messages and publishes them; every item
-// comes back with its result.
+// comes back with its result. The store returns each ordering key's run
+// together and in sequence order.
 func (e *Engine) publishBatch(ctx context.Context, msgs []lease.Message) []pending {
 	items := make([]pending, len(msgs))
 	groups := map[string][]int{} // target key → indexes into items, in claim order
 	var order []string
+	// runTarget is the target of each key's run so far; a key is absent
+	// once its run has stopped.
+	runTarget := map[orderingKey]string{}
+	stopped := map[orderingKey]bool{}
 	for i := range msgs {
 		it := &items[i]
 		it.msg = &msgs[i]
-		it.route = e.routes.Match(it.msg.Namespace, it.msg.Topic)
-		switch {
-		case it.route == nil:
-			it.result = publish.Fail(publish.CodeNoRoute, fmt.Errorf("no route matches namespace %q topic %q", it.msg.Namespace, it.msg.Topic))
-			continue
-		case len(it.msg.Payload) > it.route.MaxPayloadBytes:
-			it.result = publish.Fail(publish.CodePayloadTooLarge, fmt.Errorf("payload is %d bytes, over %s's max_payload_bytes of %d", len(it.msg.Payload), it.route.Name, it.route.MaxPayloadBytes))
+		m := it.msg
+		k := orderingKey{m.Namespace, m.OrderingKey}
+		ordered := m.OrderingKey != ""
+		if ordered && stopped[k] {
+			it.result = released
 			continue
 		}
-		if err := it.route.CheckPayload(it.msg.Payload); err != nil {
-			it.result = publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("payload fails %s's schema: %w", it.route.Name, err))
+		it.route = e.routes.Match(m.Namespace, m.Topic)
+		if refused, ok := e.refuse(m, it.route); ok {
+			it.result = refused
+			stopped[k] = ordered
 			continue
 		}
-		key := it.route.Target.Key()
-		if _, seen := groups[key]; !seen {
-			order = append(order, key)
+		target := it.route.Target.Key()
+		if ordered {
+			if first, seen := runTarget[k]; seen && first != target {
+				// A run goes to one target at a time: the rest waits for
+				// the next claim, so that it cannot overtake what this
+				// batch still has in flight to the first target.
+				it.result = released
+				stopped[k] = true
+				continue
+			}
+			runTarget[k] = target
 		}
-		groups[key] = append(groups[key], i)
+		if _, seen := groups[target]; !seen {
+			order = append(order, target)
+		}
+		groups[target] = append(groups[target], i)
 	}
 
 	e.publishGroups(ctx, items, groups, order)
 	return items
+}
+
+// released is the result of a message not sent because an earlier message
+// of its key was not (or will not be) delivered in this batch.
+var released = publish.Result{Kind: publish.Released}
+
+// refuse returns the terminal result of a message that cannot be sent at
+// all, without a call.
+func (e *Engine) refuse(m *lease.Message, rt *route.Route) (publish.Result, bool) {
+	switch {
+	case m.DecodeError != nil:
+		return publish.Fail(publish.CodeInvalidMessage, fmt.Errorf("the stored message cannot be decoded: %w", m.DecodeError)), true
+	case rt == nil:
+		return publish.Fail(publish.CodeNoRoute, fmt.Errorf("no route matches namespace %q topic %q", m.Namespace, m.Topic)), true
+	case m.PayloadOmitted():
+		return publish.Fail(publish.CodePayloadTooLarge, fmt.Errorf("payload is %d bytes, over the %d that the largest route may send; it was never loaded", m.PayloadBytes, e.maxPayload)), true
+	case len(m.Payload) > rt.MaxPayloadBytes:
+		return publish.Fail(publish.CodePayloadTooLarge, fmt.Errorf("payload is %d bytes, over %s's max_payload_bytes of %d", len(m.Payload), rt.Name, rt.MaxPayloadBytes)), true
+	}
+	if err := rt.CheckPayload(m.Payload); err != nil {
+		return publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("payload fails %s's schema: %w", rt.Name, err)), true
+	}
+	return publish.Result{}, false
 }
 
 // publishGroups publishes each target's messages, several targets at once.
@@ -382,10 +569,9 @@ func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[
 	for _, key := range order {
 		idx := groups[key]
 		publisher := e.publishers[key]
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-sem }()
 			batch := make([]*lease.Message, len(idx))
 			for j, i := range idx {
 				batch[j] = items[i].msg
@@ -394,35 +580,48 @@ func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[
 			span.SetAttribute("target_type", items[idx[0]].route.Target.Type)
 			span.SetAttribute("route", items[idx[0]].route.Name)
 			span.SetAttribute("messages", len(batch))
-			started := e.cfg.Clock()
 			results := publishSafely(spanCtx, publisher, batch)
-			took := e.cfg.Clock().Sub(started)
 			span.End(nil)
 			for j, i := range idx {
 				items[i].result = results[j]
-				items[i].latency = took
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
 
 // publishSafely holds a publisher to its contract: exactly one result per
 // message. A publisher that panics or miscounts gets every message retried
-// rather than one lost or misattributed.
+// rather than one lost or misattributed; an ordered run then keeps only its
+// first message as a retry and releases the rest, as if it had failed there.
 func publishSafely(ctx context.Context, p publish.Publisher, batch []*lease.Message) (results []publish.Result) {
+	broken := func(err error) []publish.Result {
+		out := make([]publish.Result, len(batch))
+		first := map[orderingKey]bool{}
+		for i, m := range batch {
+			k := orderingKey{m.Namespace, m.OrderingKey}
+			if m.OrderingKey != "" && first[k] {
+				out[i] = released
+				continue
+			}
+			first[k] = true
+			out[i] = publish.Retry(publish.CodeTarget5xx, err, 0)
+		}
+		return out
+	}
 	defer func() {
 		if r := recover(); r != nil {
-			results = publish.Fill(len(batch), publish.Retry(publish.CodeTarget5xx, fmt.Errorf("publisher panicked: %v", r), 0))
+			results = broken(fmt.Errorf("publisher panicked: %v", r))
 		}
 	}()
 	results = p.Publish(ctx, batch)
 	if len(results) != len(batch) {
-		return publish.Fill(len(batch), publish.Retry(publish.CodeTarget5xx,
-			fmt.Errorf("publisher returned %d results for %d messages", len(results), len(batch)), 0))
+		return broken(fmt.Errorf("publisher returned %d results for %d messages", len(results), len(batch)))
 	}
 	for i, r := range results {
-		if r.Kind != publish.Delivered && r.Kind != publish.Retryable && r.Kind != publish.Terminal {
+		switch r.Kind {
+		case publish.Delivered, publish.Retryable, publish.Terminal, publish.Released:
+		default:
 			results[i] = publish.Retry(publish.CodeTarget5xx, fmt.Errorf("publisher returned no outcome"), 0)
 		}
 	}
@@ -438,23 +637,13 @@ func (e *Engine) complete(ctx context.Context, log *slog.Logger, workerID string
 		results[i] = e.outcome(&items[i], now)
 	}
 
-	// The completion may use the reserve the publishers were denied, but not
-	// more: past the deadline the function is frozen or killed anyway.
-	completeCtx := context.WithoutCancel(ctx)
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		completeCtx, cancel = context.WithDeadline(completeCtx, deadline)
-		defer cancel()
-	}
+	completeCtx, cancel := e.completionContext(ctx)
+	defer cancel()
 	completeCtx, span := e.tracer.Start(completeCtx, "complete")
 	span.SetAttribute("messages", len(results))
 	completions, err := e.completeWithRetry(completeCtx, log, workerID, results)
 	span.End(err)
 	if err != nil {
-		if errors.Is(err, lease.ErrDoubleDispatch) {
-			log.Error("double-delivery backstop fired: a message was already recorded as dispatched; the whole batch was rolled back",
-				"worker_id", workerID, "messages", len(results), "error", err.Error())
-		}
 		return fmt.Errorf("dispatch: complete %d messages: %w", len(results), err)
 	}
 
@@ -465,8 +654,8 @@ func (e *Engine) complete(ctx context.Context, log *slog.Logger, workerID string
 			kind = it.route.Target.Type
 		}
 		ts := sum.target(kind)
-		if it.route != nil && it.result.Kind != 0 && it.latency > 0 {
-			ts.Latencies = append(ts.Latencies, it.latency)
+		if it.result.Latency > 0 {
+			ts.Latencies = append(ts.Latencies, it.result.Latency)
 		}
 		switch {
 		case c.Status == lease.StatusLeaseLost:
@@ -479,10 +668,16 @@ func (e *Engine) complete(ctx context.Context, log *slog.Logger, workerID string
 			log.Error("message dead-lettered",
 				"message_id", it.msg.ID.String(), "namespace", it.msg.Namespace, "topic", it.msg.Topic,
 				"attempt", it.msg.Attempt, "code", results[i].ErrorCode, "error", results[i].ErrorMessage)
+		case results[i].Outcome == lease.Released:
+			sum.Released++
 		case results[i].Outcome == lease.Retryable:
 			sum.Retried++
 			ts.Retried++
 		default:
+			if c.Status == lease.StatusDoubleDispatch {
+				log.Error("double-delivery backstop fired: the message was already recorded as dispatched, and was delivered again",
+					"message_id", it.msg.ID.String(), "namespace", it.msg.Namespace, "topic", it.msg.Topic, "attempt", it.msg.Attempt)
+			}
 			sum.Delivered++
 			ts.Delivered++
 		}
@@ -522,15 +717,21 @@ func (e *Engine) completeWithRetry(ctx context.Context, log *slog.Logger, worker
 // applying the route's retry policy.
 func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 	m := it.msg
-	r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Latency: it.latency}
+	r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Latency: it.result.Latency}
 	if it.route != nil {
 		r.Target = it.route.Name
+		if m.OrderingKey != "" {
+			r.OnDead = lease.OnDead(it.route.OnDead)
+		}
 	}
 	res := it.result
 	switch res.Kind {
 	case publish.Delivered:
 		r.Outcome = lease.Dispatched
 		r.TargetRef = res.TargetRef
+		return r
+	case publish.Released:
+		r.Outcome = lease.Released
 		return r
 	case publish.Retryable:
 		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)

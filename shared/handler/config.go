@@ -17,6 +17,7 @@ func LoadReaperSettings(getenv func(string) string) (ReaperConfig, int, error) {
 		Retention: lease.PurgeParams{
 			AttemptsOlderThan: r.Duration("OUTBOX_ATTEMPTS_RETENTION", 0, 100*365*24*time.Hour),
 			DedupeOlderThan:   r.Duration("OUTBOX_DEDUPE_RETENTION", 0, 100*365*24*time.Hour),
+			KeysOlderThan:     r.Duration("OUTBOX_KEY_RETENTION", 0, 100*365*24*time.Hour),
 			MaxRows:           r.Int("OUTBOX_PURGE_MAX_ROWS", 1, 1_000_000),
 		},
 		SafetyMargin: 3 * time.Second,
@@ -27,6 +28,9 @@ func LoadReaperSettings(getenv func(string) string) (ReaperConfig, int, error) {
 	}
 	if d := c.Retention.DedupeOlderThan; d > 0 && d < time.Hour {
 		r.Fail("OUTBOX_DEDUPE_RETENTION", "must be 0 (keep) or at least 1h: a shorter window lets producer retries enqueue duplicates, got %s", d)
+	}
+	if d := c.Retention.KeysOlderThan; d > 0 && d < time.Hour {
+		r.Fail("OUTBOX_KEY_RETENTION", "must be 0 (keep) or at least 1h, got %s", d)
 	}
 	return c, ceiling, r.Err()
 }

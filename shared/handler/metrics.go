@@ -36,6 +36,11 @@ type Totals struct {
 	ExpiredLeases           int64   `json:"expired_leases"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	Dead                    int64   `json:"dead"`
+	// BlockedKeys counts ordering keys that cannot move (a head retrying,
+	// leased past its expiry, or dead and parked); OldestBlockedKeyAgeSeconds
+	// is how long the longest-blocked has been.
+	BlockedKeys                int64   `json:"blocked_keys"`
+	OldestBlockedKeyAgeSeconds float64 `json:"oldest_blocked_key_age_seconds"`
 }
 
 // BuildSnapshot ranks the per-topic statistics and keeps the top n, so that
@@ -71,6 +76,8 @@ func (t *Totals) add(s lease.TopicStats) {
 	t.ExpiredLeases += s.ExpiredLeases
 	t.Dead += s.Dead
 	t.OldestPendingAgeSeconds = max(t.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
+	t.BlockedKeys += s.BlockedKeys
+	t.OldestBlockedKeyAgeSeconds = max(t.OldestBlockedKeyAgeSeconds, s.OldestBlockedKeyAgeSeconds)
 }
 
 func addStats(into *lease.TopicStats, s lease.TopicStats) {
@@ -80,6 +87,8 @@ func addStats(into *lease.TopicStats, s lease.TopicStats) {
 	into.ExpiredLeases += s.ExpiredLeases
 	into.Dead += s.Dead
 	into.OldestPendingAgeSeconds = max(into.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
+	into.BlockedKeys += s.BlockedKeys
+	into.OldestBlockedKeyAgeSeconds = max(into.OldestBlockedKeyAgeSeconds, s.OldestBlockedKeyAgeSeconds)
 }
 
 // Metrics is the metrics exporter's handler.
@@ -122,6 +131,8 @@ func (h *Metrics) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 	Put(m, "ExpiredLeases", float64(t.ExpiredLeases), emf.Count)
 	Put(m, "OldestPendingAgeSeconds", t.OldestPendingAgeSeconds, emf.Seconds)
 	Put(m, "DeadLetterDepth", float64(t.Dead), emf.Count)
+	Put(m, "BlockedKeys", float64(t.BlockedKeys), emf.Count)
+	Put(m, "OldestBlockedKeyAgeSeconds", t.OldestBlockedKeyAgeSeconds, emf.Seconds)
 	Put(m, "TopicCount", float64(snap.TopicCount), emf.Count)
 	rows := snap.Topics
 	if snap.Other != nil {
@@ -134,10 +145,12 @@ func (h *Metrics) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 		PutWith(m, dims, "ExpiredLeases", float64(s.ExpiredLeases), emf.Count)
 		PutWith(m, dims, "OldestPendingAgeSeconds", s.OldestPendingAgeSeconds, emf.Seconds)
 		PutWith(m, dims, "DeadLetterDepth", float64(s.Dead), emf.Count)
+		PutWith(m, dims, "BlockedKeys", float64(s.BlockedKeys), emf.Count)
 	}
 	h.RT.Flush(m, log)
 	log.Info("queue snapshot", "pending", t.Pending, "due", t.Due, "leased", t.Leased,
 		"expired_leases", t.ExpiredLeases, "oldest_pending_age_seconds", t.OldestPendingAgeSeconds,
-		"dead", t.Dead, "topics", snap.TopicCount)
+		"dead", t.Dead, "blocked_keys", t.BlockedKeys, "oldest_blocked_key_age_seconds", t.OldestBlockedKeyAgeSeconds,
+		"topics", snap.TopicCount)
 	return snap, nil
 }

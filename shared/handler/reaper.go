@@ -22,6 +22,7 @@ type ReaperSummary struct {
 	Requeued       int   `json:"requeued"`
 	PurgedAttempts int64 `json:"purged_attempts"`
 	PurgedDedupe   int64 `json:"purged_dedupe"`
+	PurgedKeys     int64 `json:"purged_keys"`
 }
 
 // ReaperConfig bounds one reaper invocation.
@@ -82,9 +83,10 @@ func (h *Reaper) Handle(ctx context.Context, raw json.RawMessage) (sum ReaperSum
 		Put(m, "ReaperRequeued", float64(sum.Requeued), emf.Count)
 		Put(m, "PurgedAttempts", float64(sum.PurgedAttempts), emf.Count)
 		Put(m, "PurgedDedupe", float64(sum.PurgedDedupe), emf.Count)
+		Put(m, "PurgedKeys", float64(sum.PurgedKeys), emf.Count)
 		h.RT.Flush(m, log)
 		attrs := []any{"worker_id", worker, "requeued", sum.Requeued,
-			"purged_attempts", sum.PurgedAttempts, "purged_dedupe", sum.PurgedDedupe}
+			"purged_attempts", sum.PurgedAttempts, "purged_dedupe", sum.PurgedDedupe, "purged_keys", sum.PurgedKeys}
 		if err != nil {
 			log.Error("reaper failed", append(attrs, "error", err.Error())...)
 			return
@@ -107,7 +109,7 @@ func (h *Reaper) Handle(ctx context.Context, raw json.RawMessage) (sum ReaperSum
 			break
 		}
 	}
-	if h.Config.Retention.AttemptsOlderThan == 0 && h.Config.Retention.DedupeOlderThan == 0 {
+	if rt := h.Config.Retention; rt.AttemptsOlderThan == 0 && rt.DedupeOlderThan == 0 && rt.KeysOlderThan == 0 {
 		return sum, nil
 	}
 	for round := 0; round < rounds && timeLeft(); round++ {
@@ -117,7 +119,8 @@ func (h *Reaper) Handle(ctx context.Context, raw json.RawMessage) (sum ReaperSum
 		}
 		sum.PurgedAttempts += res.Attempts
 		sum.PurgedDedupe += res.Dedupe
-		if res.Attempts < int64(h.Config.Retention.MaxRows) && res.Dedupe < int64(h.Config.Retention.MaxRows) {
+		sum.PurgedKeys += res.Keys
+		if limit := int64(h.Config.Retention.MaxRows); res.Attempts < limit && res.Dedupe < limit && res.Keys < limit {
 			break
 		}
 	}

@@ -236,6 +236,9 @@ func (f *Function) Kill() {
 	}
 }
 
+// PID is the function process's id, e.g. to read its memory from /proc.
+func (f *Function) PID() int { return f.cmd.Process.Pid }
+
 // Stdout is everything the function printed (its JSON logs and EMF documents).
 func (f *Function) Stdout() string { return f.stdout.String() }
 

@@ -58,6 +58,9 @@ type DeadLetter struct {
 	FailedBy      string    `json:"failed_by,omitempty"`
 	FailedAt      time.Time `json:"failed_at"`
 	CreatedAt     time.Time `json:"created_at"`
+	// HoldsKey: the message died as its key's head under on_dead = park,
+	// and the key's later messages wait for it.
+	HoldsKey bool `json:"holds_key,omitempty"`
 }
 
 // DeadLetters is one page of a listing.
@@ -70,7 +73,7 @@ type DeadLetters struct {
 // The window count is computed before LIMIT applies, so one statement
 // answers both "which" and "how many in all".
 const listDeadSQL = `SELECT d.id, d.namespace, d.topic, d.tenant_id, d.dedupe_key, d.ordering_key, d.sequence_id,
-       d.attempt_count, d.last_error_code, d.last_error, d.failed_by, d.failed_at, d.created_at,
+       d.attempt_count, d.last_error_code, d.last_error, d.failed_by, d.failed_at, d.created_at, d.holds_key,
        count(*) OVER () AS matched
 FROM outbox.dead d
 WHERE ($1::uuid[] IS NULL OR d.id = ANY ($1))
@@ -108,7 +111,7 @@ func (s *Store) ListDead(ctx context.Context, f DeadFilter) (DeadLetters, error)
 			sequence                                   *int64
 		)
 		if err := rows.Scan(&d.ID, &d.Namespace, &d.Topic, &tenant, &dedupe, &ordering, &sequence,
-			&d.AttemptCount, &code, &msg, &owner, &d.FailedAt, &d.CreatedAt, &out.Matched); err != nil {
+			&d.AttemptCount, &code, &msg, &owner, &d.FailedAt, &d.CreatedAt, &d.HoldsKey, &out.Matched); err != nil {
 			rows.Close()
 			return DeadLetters{}, translate("list dead", err)
 		}
@@ -158,16 +161,22 @@ type StoredMessage struct {
 	// FailedBy and FailedAt describe a dead letter.
 	FailedBy string     `json:"failed_by,omitempty"`
 	FailedAt *time.Time `json:"failed_at,omitempty"`
+	// Behind: a pending ordered message waiting for an earlier one of its
+	// key. HoldsKey: a dead message its key waits for (on_dead = park).
+	Behind   bool `json:"behind,omitempty"`
+	HoldsKey bool `json:"holds_key,omitempty"`
 }
 
 const lookupMessageSQL = `SELECT 'dead', d.id, d.namespace, d.topic, d.tenant_id, d.dedupe_key, d.ordering_key, d.sequence_id,
        d.payload, d.headers, d.trace_header, d.attempt_count, d.created_at, d.available_at,
-       d.last_error_code, d.last_error, NULL::timestamptz, NULL::text, NULL::timestamptz, d.failed_by, d.failed_at
+       d.last_error_code, d.last_error, NULL::timestamptz, NULL::text, NULL::timestamptz, d.failed_by, d.failed_at,
+       false, d.holds_key
 FROM outbox.dead d WHERE d.id = $1
 UNION ALL
 SELECT 'pending', p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
        p.payload, p.headers, p.trace_header, p.attempt_count, p.created_at, p.available_at,
-       p.last_error_code, p.last_error, p.next_attempt_at, p.claimed_by, p.lease_expires_at, NULL::text, NULL::timestamptz
+       p.last_error_code, p.last_error, p.next_attempt_at, p.claimed_by, p.lease_expires_at, NULL::text, NULL::timestamptz,
+       p.behind, false
 FROM outbox.pending p WHERE p.id = $1`
 
 // LookupMessage reads a pending or dead message. It returns an error
@@ -183,10 +192,13 @@ func (s *Store) LookupMessage(ctx context.Context, id uuid.UUID) (StoredMessage,
 			tenant, dedupe, ordering, trace, code, lastErr *string
 			claimedBy, failedBy                            *string
 			sequence                                       *int64
+			headers                                        []byte
 		)
 		err := row.Scan(&m.State, &m.ID, &m.Namespace, &m.Topic, &tenant, &dedupe, &ordering, &sequence,
-			&m.Payload, &m.Headers, &trace, &m.AttemptCount, &m.CreatedAt, &m.AvailableAt,
-			&code, &lastErr, &m.NextAttemptAt, &claimedBy, &m.LeaseExpiresAt, &failedBy, &m.FailedAt)
+			&m.Payload, &headers, &trace, &m.AttemptCount, &m.CreatedAt, &m.AvailableAt,
+			&code, &lastErr, &m.NextAttemptAt, &claimedBy, &m.LeaseExpiresAt, &failedBy, &m.FailedAt,
+			&m.Behind, &m.HoldsKey)
+		m.Headers = readableHeaders(headers)
 		m.TenantID, m.DedupeKey, m.OrderingKey, m.TraceHeader = deref(tenant), deref(dedupe), deref(ordering), deref(trace)
 		m.LastErrorCode, m.LastError, m.ClaimedBy, m.FailedBy = deref(code), deref(lastErr), deref(claimedBy), deref(failedBy)
 		if sequence != nil {
@@ -211,7 +223,8 @@ type Attempt struct {
 	ID        int64     `json:"id"`
 	MessageID uuid.UUID `json:"message_id"`
 	AttemptNo int       `json:"attempt_no"`
-	// State is DISPATCHED, RETRYABLE, FAILED, ZOMBIE_REQUEUE or REPLAYED.
+	// State is DISPATCHED, RETRYABLE, FAILED, ZOMBIE_REQUEUE, REPLAYED or
+	// DISCARDED.
 	State        string `json:"state"`
 	WorkerID     string `json:"worker_id,omitempty"`
 	Target       string `json:"target,omitempty"`
@@ -221,14 +234,19 @@ type Attempt struct {
 	// LatencyMS is the publish call's duration (absent for outcomes with
 	// no call, such as a replay).
 	LatencyMS *int `json:"latency_ms,omitempty"`
-	// Operator and Reason are recorded on REPLAYED outcomes.
-	Operator  string    `json:"operator,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
+	// Operator, DBUser (the database login) and Reason are recorded on
+	// operator actions: REPLAYED and DISCARDED outcomes.
+	Operator string `json:"operator,omitempty"`
+	DBUser   string `json:"db_user,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// Note explains an outcome further, e.g. a replay out of its key's
+	// sequence.
+	Note      string    `json:"note,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
 const messageAttemptsSQL = `SELECT a.id, a.message_id, a.attempt_no, a.state, a.worker_id, a.target, a.target_ref,
-       a.error_code, a.error_message, a.latency_ms, a.operator, a.reason, a.created_at
+       a.error_code, a.error_message, a.latency_ms, a.operator, a.db_user, a.reason, a.note, a.created_at
 FROM outbox.attempts a
 WHERE a.message_id = $1
 ORDER BY a.id`
@@ -242,17 +260,45 @@ func (s *Store) MessageAttempts(ctx context.Context, id uuid.UUID) ([]Attempt, e
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
 		var (
-			a                                                Attempt
-			worker, target, ref, code, msg, operator, reason *string
+			a                                                            Attempt
+			worker, target, ref, code, msg, operator, user, reason, note *string
 		)
 		err := row.Scan(&a.ID, &a.MessageID, &a.AttemptNo, &a.State, &worker, &target, &ref,
-			&code, &msg, &a.LatencyMS, &operator, &reason, &a.CreatedAt)
+			&code, &msg, &a.LatencyMS, &operator, &user, &reason, &note, &a.CreatedAt)
 		a.WorkerID, a.Target, a.TargetRef = deref(worker), deref(target), deref(ref)
 		a.ErrorCode, a.ErrorMessage, a.Operator, a.Reason = deref(code), deref(msg), deref(operator), deref(reason)
+		a.DBUser, a.Note = deref(user), deref(note)
 		return a, err
 	})
 	if err != nil {
 		return nil, translate("attempts", err)
 	}
 	return out, nil
+}
+
+// readableHeaders decodes stored headers for an operator to read: a value
+// that is not a string (written before the database refused them) shows as
+// its JSON text rather than hiding the message.
+func readableHeaders(raw []byte) map[string]string {
+	if len(raw) == 0 {
+		return nil
+	}
+	var strict map[string]string
+	if json.Unmarshal(raw, &strict) == nil {
+		return strict
+	}
+	var loose map[string]json.RawMessage
+	if json.Unmarshal(raw, &loose) != nil {
+		return map[string]string{"(unreadable headers)": string(raw)}
+	}
+	out := make(map[string]string, len(loose))
+	for k, v := range loose {
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			out[k] = str
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out
 }

@@ -1,10 +1,12 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,6 +55,19 @@ type ClaimParams struct {
 	Lease time.Duration
 	// Namespaces restricts the claim to these namespaces (nil: all).
 	Namespaces []string
+	// MaxRun is the most messages of one ordering key a claim takes: the
+	// key's head and up to MaxRun-1 of the messages queued behind it, in
+	// sequence order (0 or 1: the head alone).
+	MaxRun int
+	// MaxBytes bounds the claim's payloads, in bytes of their JSON (0: no
+	// bound): the claim stops before it would exceed it, but always takes
+	// at least one message. It is the dispatcher's memory budget per batch.
+	MaxBytes int64
+	// MaxPayloadBytes is the largest payload any route may send (0: no
+	// limit): a larger one is claimed without its payload (see
+	// Message.PayloadOmitted), so that it is dead-lettered without ever
+	// being loaded.
+	MaxPayloadBytes int
 }
 
 // Message is a claimed message, leased to the claiming worker.
@@ -64,16 +79,28 @@ type Message struct {
 	DedupeKey   string
 	OrderingKey string
 	// SequenceID orders the messages of one OrderingKey; 0 without one.
-	SequenceID  int64
-	Payload     json.RawMessage
-	Headers     map[string]string
-	TraceHeader string
+	SequenceID int64
+	// Payload is nil when the claim left it out (see PayloadOmitted).
+	Payload json.RawMessage
+	// PayloadBytes is the size of the payload's JSON as the producer sent it.
+	PayloadBytes int
+	Headers      map[string]string
+	TraceHeader  string
 	// Attempt is this claim's attempt number, from 1.
 	Attempt        int
 	LeaseToken     uuid.UUID
 	LeaseExpiresAt time.Time
 	CreatedAt      time.Time
+	// DecodeError is set when the stored row cannot be turned into a
+	// message (headers that are not a JSON object of strings, written
+	// before the database refused them): the message can never be
+	// delivered as it is, and only it fails, never the claim.
+	DecodeError error
 }
+
+// PayloadOmitted reports whether the claim left the payload out because it
+// is larger than ClaimParams.MaxPayloadBytes.
+func (m *Message) PayloadOmitted() bool { return m.Payload == nil }
 
 // StableKey is the key receivers deduplicate on: the dedupe key when the
 // producer gave one, else the message id. It is the same on every attempt.
@@ -85,21 +112,27 @@ func (m *Message) StableKey() string {
 }
 
 const claimSQL = `SELECT id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id, payload, headers,
-       trace_header, attempt_count, lease_token, lease_expires_at, created_at
-FROM outbox.claim_batch($1, $2, $3, $4)`
+       trace_header, attempt_count, lease_token, lease_expires_at, created_at, payload_bytes
+FROM outbox.claim_batch($1, $2, $3, $4, $5, $6, $7)`
 
 // ClaimBatch leases up to p.BatchSize due messages to p.WorkerID: one
-// statement, one round trip, whatever the batch size.
+// statement, one round trip, whatever the batch size. The messages of one
+// ordering key come back together and in sequence order, the key's head
+// first.
 func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error) {
 	if p.Lease <= 0 {
 		return nil, &Error{Op: "claim", Kind: ErrInvalidArgument, Err: fmt.Errorf("lease must be positive, got %s", p.Lease)}
+	}
+	if p.MaxRun < 0 || p.MaxBytes < 0 || p.MaxPayloadBytes < 0 {
+		return nil, &Error{Op: "claim", Kind: ErrInvalidArgument, Err: fmt.Errorf("MaxRun, MaxBytes and MaxPayloadBytes must not be negative")}
 	}
 	leaseSeconds := int(math.Ceil(p.Lease.Seconds()))
 	var namespaces []string
 	if len(p.Namespaces) > 0 {
 		namespaces = p.Namespaces
 	}
-	rows, err := s.db.Query(ctx, claimSQL, p.BatchSize, p.WorkerID, leaseSeconds, namespaces)
+	rows, err := s.db.Query(ctx, claimSQL, p.BatchSize, p.WorkerID, leaseSeconds, namespaces,
+		max(p.MaxRun, 1), nullableInt64(p.MaxBytes), nullableInt64(int64(p.MaxPayloadBytes)))
 	if err != nil {
 		return nil, translate("claim", err)
 	}
@@ -117,12 +150,14 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error
 		// half of a dispatcher's CPU, to copy what PostgreSQL already
 		// guarantees is valid JSON.
 		if err := rows.Scan(&m.ID, &m.Namespace, &m.Topic, &tenant, &dedupe, &ordering, &sequence,
-			(*[]byte)(&m.Payload), &headers, &trace, &m.Attempt, &m.LeaseToken, &m.LeaseExpiresAt, &m.CreatedAt); err != nil {
+			(*[]byte)(&m.Payload), &headers, &trace, &m.Attempt, &m.LeaseToken, &m.LeaseExpiresAt, &m.CreatedAt,
+			&m.PayloadBytes); err != nil {
 			return nil, translate("claim", err)
 		}
 		if len(headers) > 2 { // not "{}"
 			if err := json.Unmarshal(headers, &m.Headers); err != nil {
-				return nil, translate("claim", fmt.Errorf("headers of message %s: %w", m.ID, err))
+				m.Headers = nil
+				m.DecodeError = fmt.Errorf("headers %s are not a JSON object of strings: %w", abbreviate(headers, 120), err)
 			}
 		}
 		m.TenantID, m.DedupeKey, m.OrderingKey, m.TraceHeader = deref(tenant), deref(dedupe), deref(ordering), deref(trace)
@@ -134,7 +169,43 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error
 	if err := rows.Err(); err != nil {
 		return nil, translate("claim", err)
 	}
+	sortRuns(out)
 	return out, nil
+}
+
+// sortRuns puts each ordering key's messages together, in sequence order,
+// where the key first appears; unordered messages keep their places.
+func sortRuns(msgs []Message) {
+	type key struct{ namespace, orderingKey string }
+	group := make([]int, len(msgs)) // position of the message's key (its own, unordered)
+	first := map[key]int{}
+	for i := range msgs {
+		group[i] = i
+		if msgs[i].OrderingKey == "" {
+			continue
+		}
+		k := key{msgs[i].Namespace, msgs[i].OrderingKey}
+		if at, seen := first[k]; seen {
+			group[i] = at
+		} else {
+			first[k] = i
+		}
+	}
+	if len(first) == 0 {
+		return
+	}
+	order := make([]int, len(msgs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(group[a], group[b]), cmp.Compare(msgs[a].SequenceID, msgs[b].SequenceID))
+	})
+	sorted := make([]Message, len(msgs))
+	for i, j := range order {
+		sorted[i] = msgs[j]
+	}
+	copy(msgs, sorted)
 }
 
 // Outcome is what happened to a claimed message.
@@ -147,6 +218,22 @@ const (
 	Retryable Outcome = "RETRYABLE"
 	// Failed: will never be delivered as is; moved to the dead letters.
 	Failed Outcome = "FAILED"
+	// Released: given back untouched — not sent, no attempt charged, nothing
+	// archived. The rest of an ordered run after a message that was not
+	// delivered, or a batch the dispatcher could not work on.
+	Released Outcome = "RELEASED"
+)
+
+// OnDead is a route's policy for an ordered message that dies.
+type OnDead string
+
+const (
+	// OnDeadSkip lets the key's next message go: the dead one is skipped
+	// (the default).
+	OnDeadSkip OnDead = "skip"
+	// OnDeadPark holds the key: its later messages wait until the dead one
+	// is replayed (it goes first) or discarded.
+	OnDeadPark OnDead = "park"
 )
 
 // Result is one message's outcome, reported by the worker holding its lease.
@@ -164,6 +251,9 @@ type Result struct {
 	Latency   time.Duration
 	// RetryAt is when a Retryable message is due again (zero: now).
 	RetryAt time.Time
+	// OnDead is the route's policy should this ordered message die now or
+	// later ("": as last reported, skip when never).
+	OnDead OnDead
 }
 
 // Status is what the database did with one Result.
@@ -178,6 +268,12 @@ const (
 	// StatusDead: a Retryable outcome at the attempt ceiling; the message
 	// was moved to the dead letters instead.
 	StatusDead Status = "dead"
+	// StatusDoubleDispatch: a Dispatched outcome for a message already
+	// recorded as dispatched (the double-delivery backstop). The message
+	// left the queue without a second DISPATCHED outcome; the rest of the
+	// batch was recorded as usual. It means a delivery happened twice: a
+	// bug to report.
+	StatusDoubleDispatch Status = "double_dispatch"
 )
 
 // Completion pairs a message id with its Status.
@@ -197,14 +293,15 @@ type resultDoc struct {
 	TargetRef    string     `json:"target_ref,omitempty"`
 	LatencyMS    int64      `json:"latency_ms"`
 	RetryAt      *time.Time `json:"retry_at,omitempty"`
+	OnDead       OnDead     `json:"on_dead,omitempty"`
 }
 
 const completeBatchSQL = `SELECT id, status FROM outbox.complete_batch($1, $2::jsonb, $3)`
 
 // CompleteBatch records every result in one statement (one round trip,
 // whatever the batch size) and returns one Completion per result, in order.
-// A lease lost on one message is reported for that message only; an error
-// means nothing at all was written.
+// A lease lost, or a double dispatch, on one message is reported for that
+// message only; an error means nothing at all was written.
 func (s *Store) CompleteBatch(ctx context.Context, workerID string, results []Result) ([]Completion, error) {
 	if len(results) == 0 {
 		return nil, nil
@@ -214,7 +311,7 @@ func (s *Store) CompleteBatch(ctx context.Context, workerID string, results []Re
 		docs[i] = resultDoc{
 			ID: r.ID, LeaseToken: r.LeaseToken, Outcome: r.Outcome,
 			ErrorCode: r.ErrorCode, ErrorMessage: r.ErrorMessage,
-			Target: r.Target, TargetRef: r.TargetRef, LatencyMS: r.Latency.Milliseconds(),
+			Target: r.Target, TargetRef: r.TargetRef, LatencyMS: r.Latency.Milliseconds(), OnDead: r.OnDead,
 		}
 		if !r.RetryAt.IsZero() {
 			t := r.RetryAt
@@ -339,18 +436,26 @@ type TopicStats struct {
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	// Dead counts dead letters.
 	Dead int64 `json:"dead"`
+	// BlockedKeys counts ordering keys whose head, of this topic, cannot
+	// move: retrying, leased past its expiry, or dead and parked.
+	BlockedKeys int64 `json:"blocked_keys"`
+	// OldestBlockedKeyAgeSeconds is how long the longest-blocked of them
+	// has been blocked.
+	OldestBlockedKeyAgeSeconds float64 `json:"oldest_blocked_key_age_seconds"`
 }
 
 // Stats reads outbox.stats(): one row per (namespace, topic) with pending or
 // dead messages.
 func (s *Store) Stats(ctx context.Context) ([]TopicStats, error) {
-	rows, err := s.db.Query(ctx, `SELECT namespace, topic, pending, due, leased, expired_leases, oldest_pending_age_seconds, dead FROM outbox.stats()`)
+	rows, err := s.db.Query(ctx, `SELECT namespace, topic, pending, due, leased, expired_leases, oldest_pending_age_seconds, dead,
+       blocked_keys, oldest_blocked_key_age_seconds FROM outbox.stats()`)
 	if err != nil {
 		return nil, translate("stats", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TopicStats, error) {
 		var t TopicStats
-		err := row.Scan(&t.Namespace, &t.Topic, &t.Pending, &t.Due, &t.Leased, &t.ExpiredLeases, &t.OldestPendingAgeSeconds, &t.Dead)
+		err := row.Scan(&t.Namespace, &t.Topic, &t.Pending, &t.Due, &t.Leased, &t.ExpiredLeases, &t.OldestPendingAgeSeconds, &t.Dead,
+			&t.BlockedKeys, &t.OldestBlockedKeyAgeSeconds)
 		return t, err
 	})
 	if err != nil {
@@ -367,6 +472,10 @@ type PurgeParams struct {
 	// DedupeOlderThan forgets dedupe keys older than this (0: keep all).
 	// Keys of messages still pending or dead are always kept.
 	DedupeOlderThan time.Duration
+	// KeysOlderThan forgets the bookkeeping of ordering keys with nothing
+	// pending or dead that have been idle this long (0: keep all). A key
+	// that comes back continues with higher sequence ids.
+	KeysOlderThan time.Duration
 	// MaxRows bounds the rows deleted from each table in this pass.
 	MaxRows int
 }
@@ -375,17 +484,19 @@ type PurgeParams struct {
 type PurgeResult struct {
 	Attempts int64 `json:"purged_attempts"`
 	Dedupe   int64 `json:"purged_dedupe"`
+	Keys     int64 `json:"purged_keys"`
 }
 
-// Purge runs one bounded retention pass over the attempts archive and the
-// dedupe keys.
+// Purge runs one bounded retention pass over the attempts archive, the
+// dedupe keys and idle ordering keys.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (PurgeResult, error) {
-	if p.AttemptsOlderThan < 0 || p.DedupeOlderThan < 0 {
+	if p.AttemptsOlderThan < 0 || p.DedupeOlderThan < 0 || p.KeysOlderThan < 0 {
 		return PurgeResult{}, &Error{Op: "purge", Kind: ErrInvalidArgument, Err: fmt.Errorf("retention must not be negative")}
 	}
 	var res PurgeResult
-	err := s.db.QueryRow(ctx, `SELECT purged_attempts, purged_dedupe FROM outbox.purge($1, $2, $3)`,
-		nullableInterval(p.AttemptsOlderThan), nullableInterval(p.DedupeOlderThan), p.MaxRows).Scan(&res.Attempts, &res.Dedupe)
+	err := s.db.QueryRow(ctx, `SELECT purged_attempts, purged_dedupe, purged_keys FROM outbox.purge($1, $2, $3, $4)`,
+		nullableInterval(p.AttemptsOlderThan), nullableInterval(p.DedupeOlderThan), p.MaxRows,
+		nullableInterval(p.KeysOlderThan)).Scan(&res.Attempts, &res.Dedupe, &res.Keys)
 	if err != nil {
 		return PurgeResult{}, translate("purge", err)
 	}
@@ -411,6 +522,21 @@ func nullableTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+func nullableInt64(n int64) *int64 {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
+// abbreviate shortens b for an error message.
+func abbreviate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
 }
 
 func nullableInterval(d time.Duration) *time.Duration {

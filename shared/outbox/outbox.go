@@ -33,11 +33,13 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Querier runs a query: a pgx.Tx (the caller's transaction, above all), a
@@ -141,7 +143,7 @@ func (p Producer) Enqueue(ctx context.Context, db Querier, msg Message) (Enqueue
 		msg.Namespace, msg.Topic, string(msg.Payload), nullable(msg.TenantID), nullable(msg.DedupeKey),
 		nullable(msg.OrderingKey), headers, nullable(msg.TraceHeader), nullableTime(msg.AvailableAt))
 	if err != nil {
-		return Enqueued{}, fmt.Errorf("outbox: enqueue: %w", err)
+		return Enqueued{}, enqueueError("enqueue", err)
 	}
 	results, err := collect(rows, 1)
 	if err != nil {
@@ -203,7 +205,7 @@ func (p Producer) EnqueueBatch(ctx context.Context, db Querier, msgs []Message) 
 	rows, err := db.Query(ctx, enqueueBatchSQL, namespaces, topics, payloads, tenantIDs.arg(), dedupeKeys.arg(),
 		orderingKeys.arg(), headers.arg(), traceHeaders.arg(), availableAt.arg())
 	if err != nil {
-		return nil, fmt.Errorf("outbox: enqueue batch: %w", err)
+		return nil, enqueueError("enqueue batch", err)
 	}
 	return collect(rows, n)
 }
@@ -244,12 +246,28 @@ func collect(rows pgx.Rows, want int) ([]Enqueued, error) {
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: enqueue: %w", err)
+		return nil, enqueueError("enqueue", err)
 	}
 	if len(out) != want {
 		return nil, fmt.Errorf("outbox: enqueue returned %d results for %d messages", len(out), want)
 	}
 	return out, nil
+}
+
+// sqlstateInvalidMessage is the database refusing a message (outbox.limits
+// or a rule this package also checks).
+const sqlstateInvalidMessage = "P7004"
+
+// enqueueError turns the database's refusal of a message into the
+// *ValidationError this package would have returned, marked InDatabase.
+func enqueueError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateInvalidMessage {
+		index := -1
+		fmt.Sscanf(pgErr.Detail, "message index: %d", &index)
+		return &ValidationError{Index: index, Field: pgErr.ColumnName, Reason: pgErr.Message, InDatabase: true}
+	}
+	return fmt.Errorf("outbox: %s: %w", op, err)
 }
 
 func (p Producer) limits() Limits {

@@ -24,9 +24,16 @@ type ValidationError struct {
 	Field string
 	// Reason says what is wrong with it.
 	Reason string
+	// InDatabase: the database refused the message, not this package (the
+	// database's outbox.limits are stricter than the Producer's Limits).
+	// Unlike a refusal before the call, it aborted the caller's transaction.
+	InDatabase bool
 }
 
 func (e *ValidationError) Error() string {
+	if e.InDatabase {
+		return fmt.Sprintf("outbox: the database refused the message (the transaction is aborted): %s", e.Reason)
+	}
 	if e.Index >= 0 {
 		return fmt.Sprintf("outbox: invalid message %d: %s %s", e.Index, e.Field, e.Reason)
 	}
@@ -49,15 +56,22 @@ type Limits struct {
 	MaxHeaderValueBytes int
 	// MaxBatch caps the messages in one EnqueueBatch (default 10,000).
 	MaxBatch int
+	// MaxDelay caps how far ahead AvailableAt may be (default 365 days).
+	MaxDelay time.Duration
 }
 
-// DefaultLimits are the limits of Enqueue and EnqueueBatch.
+// DefaultLimits are the limits of Enqueue and EnqueueBatch. They are also
+// the defaults of the database's own limits (table outbox.limits), which
+// hold every producer, in any language: a Producer whose Limits are looser
+// than the database's gets its messages refused by the database, with its
+// transaction aborted, instead of a *ValidationError before the call.
 var DefaultLimits = Limits{
 	MaxPayloadBytes:     256 * 1024,
 	MaxKeyBytes:         512,
 	MaxHeaders:          16,
 	MaxHeaderValueBytes: 1024,
 	MaxBatch:            10_000,
+	MaxDelay:            365 * 24 * time.Hour,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -75,6 +89,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxBatch <= 0 {
 		l.MaxBatch = DefaultLimits.MaxBatch
+	}
+	if l.MaxDelay <= 0 {
+		l.MaxDelay = DefaultLimits.MaxDelay
 	}
 	return l
 }
@@ -162,6 +179,12 @@ func (l Limits) validate(m Message, index int) error {
 
 	if !m.AvailableAt.IsZero() && (m.AvailableAt.Year() < 1 || m.AvailableAt.Year() > 9999) {
 		return fail("available_at", "must be between the years 1 and 9999, got %s", m.AvailableAt.Format(time.RFC3339))
+	}
+	// The database checks the same bound against its own clock, when the
+	// statement runs: a bound checked here first and there second holds
+	// as long as this clock is not ahead of the database's.
+	if latest := time.Now().Add(l.MaxDelay); m.AvailableAt.After(latest) {
+		return fail("available_at", "is more than %s ahead (%s)", l.MaxDelay, m.AvailableAt.Format(time.RFC3339))
 	}
 	if len(m.TraceHeader) > 256 {
 		return fail("trace_header", "is %d bytes, over the limit of 256", len(m.TraceHeader))

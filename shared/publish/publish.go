@@ -80,6 +80,7 @@ const (
 	CodeInvalidPayload  Code = "INVALID_PAYLOAD"   // fails the route's schema or the target's rules; never sent
 	CodeNoRoute         Code = "NO_ROUTE"          // no route matches the namespace and topic
 	CodeFunctionError   Code = "FUNCTION_ERROR"    // a plugin function failed (retryable unless it marked the failure terminal)
+	CodeInvalidMessage  Code = "INVALID_MESSAGE"   // the stored message cannot be decoded (e.g. a header that is not a string); never sent
 )
 
 // Codes lists every code, for documentation and tools; the README's error
@@ -87,7 +88,7 @@ const (
 var Codes = []Code{
 	CodeThrottled, CodeTimeout, CodeNetwork, CodeTarget5xx, CodeCanceled,
 	CodeTargetRejected, CodeAccessDenied, CodeTargetNotFound, CodePayloadTooLarge,
-	CodeInvalidPayload, CodeNoRoute, CodeFunctionError,
+	CodeInvalidPayload, CodeNoRoute, CodeFunctionError, CodeInvalidMessage,
 }
 
 // Kind is a Result's outcome.

@@ -78,6 +78,7 @@
 //	routes[].retry.base_delay            duration      default 1s
 //	routes[].retry.max_delay             duration      default 15m
 //	routes[].max_payload_bytes           integer       default sns 262144 (256 KiB); eventbridge 262144 (256 KiB); http 1048576 (1 MiB); lambda 1048576 (1 MiB)
+//	routes[].on_dead                     string        default skip
 //	routes[].schema                      JSON Schema
 //
 // A duration is a Go duration string: "500ms", "30s", "15m", "1h30m".
@@ -104,6 +105,15 @@
 //     (10 MiB), lambda 6291456 (6 MiB, Lambda's synchronous invocation
 //     limit). SNS and EventBridge accept 256 KiB unless the topic or
 //     account is configured for more.
+//   - on_dead: what the death of an ordered message (one with an ordering
+//     key) does to its key. "skip" (the default) lets the key's next message
+//     go: the dead one is skipped, and if it is replayed later it is
+//     delivered as the key's next message, out of its original sequence
+//     (its REPLAYED attempt says so). "park" holds the key: its later
+//     messages wait, in order, until the dead message is replayed (it goes
+//     first) or discarded by an operator with a reason. Payment and billing
+//     streams, where a later message must never overtake an earlier one,
+//     want "park".
 //   - schema: a JSON Schema (an object, or true/false) that each payload
 //     must satisfy; a payload that fails is dead-lettered as INVALID_PAYLOAD
 //     without a call, with the broken rules and their locations as the

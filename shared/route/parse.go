@@ -203,6 +203,7 @@ type routeConfig struct {
 	Retry           *retryConfig    `json:"retry"`
 	MaxPayloadBytes *int            `json:"max_payload_bytes"`
 	Schema          json.RawMessage `json:"schema"`
+	OnDead          *string         `json:"on_dead"`
 }
 
 type matchConfig struct {

@@ -13,6 +13,12 @@ import (
 // Wildcard is the match pattern that matches every namespace or topic.
 const Wildcard = "*"
 
+// The on_dead policies.
+const (
+	OnDeadSkip = "skip"
+	OnDeadPark = "park"
+)
+
 // The target types.
 const (
 	TypeSNS         = "sns"
@@ -135,6 +141,10 @@ type Route struct {
 	MaxPayloadBytes int
 	// Schema is the configured JSON Schema, nil when the route has none.
 	Schema json.RawMessage
+	// OnDead is what happens to an ordered message's key when the message
+	// dies (on_dead): OnDeadSkip lets the key's next message go, OnDeadPark
+	// holds the key until the dead message is replayed or discarded.
+	OnDead string
 
 	schema *jsonschema.Schema
 }

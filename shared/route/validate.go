@@ -167,6 +167,16 @@ func buildRoute(i int, rc *routeConfig, ps *problems) (r *Route, matchOK bool) {
 		}
 	}
 
+	r.OnDead = OnDeadSkip
+	if rc.OnDead != nil {
+		switch v := *rc.OnDead; v {
+		case OnDeadSkip, OnDeadPark:
+			r.OnDead = v
+		default:
+			ps.add(p+".on_dead", "must be %q or %q, got %s", OnDeadSkip, OnDeadPark, truncateQuoted(v))
+		}
+	}
+
 	if len(rc.Schema) > 0 && string(rc.Schema) != "null" {
 		sch, canonical, err := compileSchema(rc.Schema, i)
 		if err != nil {

@@ -59,6 +59,8 @@ var Variables = []Variable{
 	{"OUTBOX_LEASE", "", "How long a claim holds its messages; default the function timeout plus the safety margin plus 1m, or 5m outside Lambda.", "dispatch"},
 	{"OUTBOX_SAFETY_MARGIN", "10s", "No batch is claimed that would start publishing with less time than this left before the deadline.", "dispatch"},
 	{"OUTBOX_TARGET_CONCURRENCY", "8", "Targets published to at once within a batch (each target also bounds its own calls).", "dispatch"},
+	{"OUTBOX_ORDERED_RUN", "100", "Messages of one ordering key a claim hands out: the key's head and those queued behind it, delivered in order (1-10000).", "dispatch"},
+	{"OUTBOX_BATCH_MAX_BYTES", "67108864", "Payload bytes one claim may load (at least 1048576): the memory budget per batch; two batches are in memory at once.", "dispatch"},
 	{"OUTBOX_ATTEMPT_CEILING", "100", "Hard ceiling on attempts the database applies whatever a route says (1-100000).", "dispatch, reaper"},
 
 	// Reaper.
@@ -66,6 +68,7 @@ var Variables = []Variable{
 	{"OUTBOX_REAPER_MAX_ROUNDS", "10", "Repair and purge rounds per invocation (1-1000).", "reaper"},
 	{"OUTBOX_ATTEMPTS_RETENTION", "720h", "Archived attempts older than this are purged (0 keeps them); history of pending and dead messages is kept.", "reaper"},
 	{"OUTBOX_DEDUPE_RETENTION", "168h", "Dedupe keys older than this are forgotten (0 keeps them); keys of pending and dead messages are kept.", "reaper"},
+	{"OUTBOX_KEY_RETENTION", "720h", "The bookkeeping of an ordering key with nothing pending or dead is forgotten after this long idle (0 keeps it); a key that comes back continues with higher sequence ids.", "reaper"},
 	{"OUTBOX_PURGE_MAX_ROWS", "10000", "Rows purged per table per round (1-1000000).", "reaper"},
 
 	// Dead-letter replay.

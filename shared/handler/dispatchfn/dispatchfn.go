@@ -79,6 +79,7 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 	handler.Put(m, "Retried", float64(summary.Retried), emf.Count)
 	handler.Put(m, "DeadLettered", float64(summary.Dead), emf.Count)
 	handler.Put(m, "LeaseLost", float64(summary.LeaseLost), emf.Count)
+	handler.Put(m, "Released", float64(summary.Released), emf.Count)
 	handler.Put(m, "Batches", float64(summary.Batches), emf.Count)
 	handler.Put(m, "RunDuration", float64(summary.DurationMS), emf.Milliseconds)
 	for kind, ts := range summary.Targets {
@@ -94,7 +95,7 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 	attrs := []any{
 		"worker_id", summary.WorkerID, "batches", summary.Batches, "claimed", summary.Claimed,
 		"delivered", summary.Delivered, "retried", summary.Retried, "dead", summary.Dead,
-		"lease_lost", summary.LeaseLost, "duration_ms", summary.DurationMS, "stopped_by", summary.StoppedBy,
+		"lease_lost", summary.LeaseLost, "released", summary.Released, "duration_ms", summary.DurationMS, "stopped_by", summary.StoppedBy,
 	}
 	if err != nil {
 		log.Error("dispatch failed", append(attrs, "error", err.Error())...)
@@ -122,6 +123,8 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 			FunctionTimeout:   r.Duration("OUTBOX_FUNCTION_TIMEOUT", time.Second, 15*time.Minute),
 			SafetyMargin:      r.Duration("OUTBOX_SAFETY_MARGIN", time.Second, 10*time.Minute),
 			TargetConcurrency: r.Int("OUTBOX_TARGET_CONCURRENCY", 1, 256),
+			OrderedRun:        r.Int("OUTBOX_ORDERED_RUN", 1, dispatch.MaxBatchSize),
+			BatchBytes:        int64(r.Int("OUTBOX_BATCH_MAX_BYTES", 1<<20, 1<<40)),
 		},
 		AttemptCeiling: r.Int("OUTBOX_ATTEMPT_CEILING", 1, 100_000),
 	}

@@ -1,0 +1,2205 @@
+-- Ordered runs, explicit key heads, parked keys, and a database that refuses
+-- what the producer API refuses.
+--
+-- Keys. An ordering key is now scoped by its namespace: (namespace,
+-- ordering_key) names a key, so one team's keys never hold another's
+-- messages. Each key's messages are in outbox.pending in sequence order; at
+-- most one of them is the key's *head* (behind = false), every later one is
+-- behind it (behind = true). Only heads and unordered rows are in the claim
+-- index, so a key with a million messages queued behind a stuck head costs a
+-- claim nothing. A claim takes a head and up to p_max_run - 1 of the messages
+-- behind it (a *run*), all under one lease token; the head stays the key's
+-- head until it is delivered or dead, so no two claims are ever in flight on
+-- one key (pending_key_head is the database's guarantee of it).
+--
+-- Settling. Whoever changes which message should be a key's head — a
+-- completion, the reaper, a replay, a discard, and a producer committing the
+-- first message of an idle key — settles the key: it locks the key's row in
+-- outbox.keys, then (with a fresh snapshot) makes the lowest pending message
+-- the head, unless the key is parked or its head is in flight. Producers
+-- settle at commit (a deferred trigger on outbox.sequences), so they hold the
+-- key's lock only for the instant of their commit; dispatchers never wait for
+-- a producer: they lock with SKIP LOCKED and leave a key they could not lock
+-- in outbox.unsettled_keys, which the next claim (or the reaper) settles.
+--
+-- Parking. A head that dies under a route's on_dead = 'park' stays in
+-- outbox.dead holding its key (holds_key): the key's later messages wait until
+-- it is replayed (it goes first) or discarded by an operator with a reason.
+--
+-- SQLSTATEs added: P7004 invalid message (enqueue refused it; the error's
+-- COLUMN field names the parameter at fault).
+
+-- +goose Up
+
+-- Limits every producer is held to, whatever its language. Change them as the
+-- schema owner (UPDATE outbox.limits SET ...); the Go producer's Limits must
+-- not be looser, or its messages would be refused here instead of in Go.
+CREATE TABLE outbox.limits (
+    singleton              boolean  PRIMARY KEY DEFAULT true CHECK (singleton),
+    max_payload_bytes      integer  NOT NULL DEFAULT 262144 CHECK (max_payload_bytes BETWEEN 2 AND 10485760),
+    max_key_bytes          integer  NOT NULL DEFAULT 512 CHECK (max_key_bytes BETWEEN 1 AND 4096),
+    max_headers            integer  NOT NULL DEFAULT 16 CHECK (max_headers BETWEEN 0 AND 64),
+    max_header_value_bytes integer  NOT NULL DEFAULT 1024 CHECK (max_header_value_bytes BETWEEN 1 AND 65536),
+    max_delay              interval NOT NULL DEFAULT interval '365 days' CHECK (max_delay >= interval '0')
+);
+COMMENT ON TABLE outbox.limits IS 'Limits outbox.enqueue() holds every message to (one row); the Go producer''s Limits must not be looser.';
+INSERT INTO outbox.limits DEFAULT VALUES;
+
+-- The size of each payload's JSON text as the producer sent it, kept so that
+-- a claim can bound its memory without reading (and decompressing) payloads.
+ALTER TABLE outbox.pending
+    ADD COLUMN behind        boolean NOT NULL DEFAULT false,
+    ADD COLUMN payload_bytes integer,
+    ADD COLUMN failing_since timestamptz,
+    ADD COLUMN park_on_dead  boolean NOT NULL DEFAULT false,
+    ADD CONSTRAINT pending_behind_is_ordered CHECK (NOT behind OR ordering_key IS NOT NULL);
+UPDATE outbox.pending SET payload_bytes = octet_length(payload::text);
+ALTER TABLE outbox.pending ALTER COLUMN payload_bytes SET NOT NULL;
+COMMENT ON COLUMN outbox.pending.behind IS 'true: an earlier message of the same (namespace, ordering_key) is still to go first; not claimable.';
+COMMENT ON COLUMN outbox.pending.failing_since IS 'When the message first failed retryably; a head failing since then blocks its key.';
+COMMENT ON COLUMN outbox.pending.park_on_dead IS 'The route''s on_dead policy as the dispatcher last reported it: true parks the key if the message dies.';
+
+ALTER TABLE outbox.dead
+    ADD COLUMN holds_key     boolean NOT NULL DEFAULT false,
+    ADD COLUMN payload_bytes integer,
+    ADD CONSTRAINT dead_holds_key_is_ordered CHECK (NOT holds_key OR ordering_key IS NOT NULL);
+UPDATE outbox.dead SET payload_bytes = octet_length(payload::text);
+ALTER TABLE outbox.dead ALTER COLUMN payload_bytes SET NOT NULL;
+COMMENT ON COLUMN outbox.dead.holds_key IS 'true: the message died as its key''s head under on_dead = park; the key waits until it is replayed or discarded.';
+
+ALTER TABLE outbox.attempts
+    ADD COLUMN db_user text,
+    ADD COLUMN note    text,
+    DROP CONSTRAINT attempts_state_valid,
+    ADD CONSTRAINT attempts_state_valid CHECK (state IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'ZOMBIE_REQUEUE', 'REPLAYED', 'DISCARDED'));
+COMMENT ON COLUMN outbox.attempts.db_user IS 'The database login (session_user) that made an operator action, beside the operator name it gave.';
+
+-- Sequences, re-keyed by (namespace, ordering_key). A key that is new to a
+-- namespace starts above outbox.sequence_floor, which is at least every
+-- sequence id a key ever had before its bookkeeping was purged, so that a
+-- key's sequence ids only ever grow. Existing keys keep their counters in
+-- every namespace that has messages of them; the floor covers the rest.
+ALTER TABLE outbox.sequences RENAME TO sequences_global;
+ALTER TABLE outbox.sequences_global RENAME CONSTRAINT sequences_pkey TO sequences_global_pkey;
+CREATE TABLE outbox.sequences (
+    namespace        text        NOT NULL,
+    ordering_key     text        NOT NULL,
+    last_sequence_id bigint      NOT NULL,
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT sequences_pkey PRIMARY KEY (namespace, ordering_key)
+);
+COMMENT ON TABLE outbox.sequences IS 'Per (namespace, ordering key) sequence allocator; the row lock serialises producers of one key.';
+CREATE TABLE outbox.sequence_floor (
+    singleton        boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    last_sequence_id bigint  NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE outbox.sequence_floor IS 'A key new to outbox.sequences starts above this: no key''s sequence ids ever go back, even after its bookkeeping was purged.';
+INSERT INTO outbox.sequence_floor (last_sequence_id) SELECT coalesce(max(last_sequence_id), 0) FROM outbox.sequences_global;
+INSERT INTO outbox.sequences (namespace, ordering_key, last_sequence_id, updated_at)
+SELECT k.namespace, k.ordering_key, g.last_sequence_id, g.updated_at
+FROM (SELECT DISTINCT namespace, ordering_key FROM outbox.pending WHERE ordering_key IS NOT NULL
+      UNION
+      SELECT DISTINCT namespace, ordering_key FROM outbox.dead WHERE ordering_key IS NOT NULL) k
+JOIN outbox.sequences_global g ON g.ordering_key = k.ordering_key;
+DROP TABLE outbox.sequences_global;
+
+-- One row per key with messages: the lock that serialises everyone who
+-- changes the key's head (see "Settling" above). settled_at moves whenever a
+-- settle leaves the key without a head, so that a producer at REPEATABLE READ
+-- whose snapshot missed that change gets a serialisation failure at commit
+-- instead of queueing its message behind a head that is gone.
+CREATE TABLE outbox.keys (
+    namespace    text        NOT NULL,
+    ordering_key text        NOT NULL,
+    settled_at   timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT keys_pkey PRIMARY KEY (namespace, ordering_key)
+);
+COMMENT ON TABLE outbox.keys IS 'One row per ordering key with messages: locked by whoever changes the key''s head.';
+INSERT INTO outbox.keys (namespace, ordering_key)
+SELECT namespace, ordering_key FROM outbox.sequences;
+
+-- Keys a dispatcher could not settle without waiting (a producer was
+-- committing to them): the next claim or reaper pass settles them. A row is
+-- a debt; a key may owe several. Rows have their own ids and are never
+-- updated, so recording a debt never waits for anyone; only the sweep that
+-- pays a debt deletes its row.
+CREATE TABLE outbox.unsettled_keys (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    namespace    text        NOT NULL,
+    ordering_key text        NOT NULL,
+    since        timestamptz NOT NULL DEFAULT now()
+) WITH (autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000);
+CREATE INDEX unsettled_keys_key ON outbox.unsettled_keys (namespace, ordering_key);
+COMMENT ON TABLE outbox.unsettled_keys IS 'Keys whose head a dispatcher could not settle without waiting; settled by the next claim or reaper pass.';
+
+-- The indexes of keys and heads. The claim index holds only what can be
+-- claimed: unleased heads and unordered rows.
+DROP INDEX outbox.pending_claimable;
+DROP INDEX outbox.pending_ordering_key_sequence;
+CREATE UNIQUE INDEX pending_key_sequence ON outbox.pending (namespace, ordering_key, sequence_id) WHERE ordering_key IS NOT NULL;
+UPDATE outbox.pending p SET behind = true
+WHERE p.ordering_key IS NOT NULL
+  AND EXISTS (SELECT 1 FROM outbox.pending q
+              WHERE q.namespace = p.namespace AND q.ordering_key = p.ordering_key AND q.sequence_id < p.sequence_id);
+CREATE INDEX pending_claimable ON outbox.pending (next_attempt_at, id) WHERE lease_token IS NULL AND NOT behind;
+-- At most one head per key: with claims starting only from heads, at most one
+-- claim in flight per key. A violation is a bug in the settling above.
+CREATE UNIQUE INDEX pending_key_head ON outbox.pending (namespace, ordering_key) WHERE ordering_key IS NOT NULL AND NOT behind;
+COMMENT ON INDEX outbox.pending_key_head IS 'At most one head per ordering key, so at most one claim in flight per key; a violation is a bug.';
+CREATE UNIQUE INDEX dead_key_holder ON outbox.dead (namespace, ordering_key) WHERE holds_key;
+
+-- +goose StatementBegin
+-- lock_keys creates the keys' rows if they are missing and locks them, in
+-- key order, waiting for whoever holds them. Everyone who waits for a key's
+-- lock takes it before touching the key's messages, so that no one holding
+-- a key's lock ever waits for them.
+CREATE FUNCTION outbox.lock_keys(p_namespaces text[], p_keys text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF coalesce(cardinality(p_keys), 0) = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO outbox.keys (namespace, ordering_key)
+    SELECT DISTINCT k.ns, k.ok FROM unnest(p_namespaces, p_keys) AS k(ns, ok) ORDER BY 1, 2
+    ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+    PERFORM 1 FROM (SELECT k.namespace, k.ordering_key FROM outbox.keys k
+                    WHERE (k.namespace, k.ordering_key) IN (SELECT * FROM unnest(p_namespaces, p_keys))
+                    ORDER BY 1, 2
+                    FOR UPDATE) x;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- settle_keys makes each key's lowest pending message its head, unless the
+-- key is parked or its head is in flight (leased), and returns how many keys
+-- it could not settle. p_wait decides what happens when another transaction
+-- holds a key's lock: wait for it (producers at commit, operators, who took
+-- the lock first anyway), or record the debt in outbox.unsettled_keys
+-- (dispatchers, which must never wait for a producer's transaction). Not
+-- executable by any runtime role; the outbox functions call it as its owner.
+CREATE FUNCTION outbox.settle_keys(p_namespaces text[], p_keys text[], p_wait boolean)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ns      text[];
+    v_ok      text[];
+    v_missed  integer;
+    v_head    uuid[];
+    v_want    uuid[];
+    v_demoted uuid[];
+BEGIN
+    IF coalesce(cardinality(p_keys), 0) = 0 THEN
+        RETURN 0;
+    END IF;
+
+    -- 1. Lock the keys' rows, in key order so that settlers never deadlock.
+    IF p_wait THEN
+        PERFORM outbox.lock_keys(p_namespaces, p_keys);
+    END IF;
+    SELECT array_agg(x.namespace ORDER BY x.namespace, x.ordering_key),
+           array_agg(x.ordering_key ORDER BY x.namespace, x.ordering_key)
+      INTO v_ns, v_ok
+      FROM (SELECT k.namespace, k.ordering_key FROM outbox.keys k
+            WHERE (k.namespace, k.ordering_key) IN (SELECT * FROM unnest(p_namespaces, p_keys))
+            ORDER BY 1, 2
+            FOR UPDATE SKIP LOCKED) x;
+
+    -- Keys not locked are someone else's right now: owe them a settle.
+    INSERT INTO outbox.unsettled_keys (namespace, ordering_key)
+    SELECT DISTINCT k.ns, k.ok FROM unnest(p_namespaces, p_keys) AS k(ns, ok)
+    WHERE NOT EXISTS (SELECT 1 FROM unnest(v_ns, v_ok) AS l(ns, ok) WHERE l.ns = k.ns AND l.ok = k.ok);
+    GET DIAGNOSTICS v_missed = ROW_COUNT;
+    IF v_ns IS NULL THEN
+        RETURN v_missed;
+    END IF;
+
+    -- 2. With the locks held, a new statement sees every committed change to
+    --    these keys: find each key's head and the message that should be
+    --    its head (none while the key is parked; the head itself while a
+    --    claim holds it).
+    SELECT array_agg(s.head ORDER BY s.i), array_agg(s.want ORDER BY s.i)
+      INTO v_head, v_want
+      FROM (SELECT k.i, h.id AS head,
+                   CASE WHEN EXISTS (SELECT 1 FROM outbox.dead d
+                                     WHERE d.namespace = k.ns AND d.ordering_key = k.ok AND d.holds_key) THEN NULL
+                        WHEN h.lease_token IS NOT NULL THEN h.id
+                        ELSE (SELECT p.id FROM outbox.pending p
+                              WHERE p.namespace = k.ns AND p.ordering_key = k.ok
+                              ORDER BY p.sequence_id LIMIT 1)
+                   END AS want
+            FROM unnest(v_ns, v_ok) WITH ORDINALITY AS k(ns, ok, i)
+            LEFT JOIN outbox.pending h ON h.namespace = k.ns AND h.ordering_key = k.ok AND NOT h.behind) s;
+
+    -- 3. Demote a head that should not be one (a replayed message with a
+    --    lower sequence id goes first), unless a claim leased it meanwhile:
+    --    then it is in flight and stays the head. Then promote the rightful
+    --    head where the key has none now. Two statements, in this order, so
+    --    that pending_key_head never sees two heads of one key.
+    WITH demoted AS (
+        UPDATE outbox.pending p SET behind = true
+        FROM unnest(v_head, v_want) AS x(head, want)
+        WHERE p.id = x.head AND x.want IS DISTINCT FROM x.head AND p.lease_token IS NULL
+        RETURNING p.id
+    )
+    SELECT array_agg(d.id) INTO v_demoted FROM demoted d;
+    UPDATE outbox.pending p SET behind = false
+    FROM unnest(v_head, v_want) AS x(head, want)
+    WHERE p.id = x.want AND x.want IS DISTINCT FROM x.head
+      AND (x.head IS NULL OR x.head = ANY (v_demoted));
+
+    -- 4. A key left without a head: mark the change for producers at
+    --    REPEATABLE READ (see outbox.keys).
+    UPDATE outbox.keys k SET settled_at = clock_timestamp()
+    FROM unnest(v_ns, v_ok, v_want) AS x(ns, ok, want)
+    WHERE k.namespace = x.ns AND k.ordering_key = x.ok AND x.want IS NULL;
+    RETURN v_missed;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- settle_unsettled pays up to p_limit debts dispatchers recorded in
+-- outbox.unsettled_keys (claims and the reaper call it); a key still locked
+-- by someone else gets a new debt. Returns the keys settled.
+CREATE FUNCTION outbox.settle_unsettled(p_limit int)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ns text[];
+    v_ok text[];
+BEGIN
+    WITH paid AS (
+        DELETE FROM outbox.unsettled_keys u
+        WHERE u.id IN (SELECT x.id FROM outbox.unsettled_keys x ORDER BY x.id LIMIT p_limit FOR UPDATE SKIP LOCKED)
+        RETURNING u.namespace, u.ordering_key
+    )
+    SELECT array_agg(d.namespace), array_agg(d.ordering_key) INTO v_ns, v_ok
+    FROM (SELECT DISTINCT p.namespace, p.ordering_key FROM paid p) d;
+    IF v_ns IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN cardinality(v_ns) - outbox.settle_keys(v_ns, v_ok, false);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A producer settles the keys it enqueued to when it commits: a key that had
+-- nothing pending gets its first message as its head. The trigger is on the
+-- sequence allocator, so it fires once per key and statement, not once per
+-- message. Deferred to commit, it holds the key's lock for that instant only;
+-- under SET CONSTRAINTS ALL IMMEDIATE it holds it until commit, and
+-- dispatchers, which never wait for it, leave the key to the next claim.
+CREATE FUNCTION outbox.sequences_settle_at_commit() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM outbox.settle_keys(ARRAY[NEW.namespace], ARRAY[NEW.ordering_key], true);
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+CREATE CONSTRAINT TRIGGER sequences_settle_at_commit
+    AFTER INSERT OR UPDATE ON outbox.sequences
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION outbox.sequences_settle_at_commit();
+
+-- +goose StatementBegin
+-- enqueue_rows is enqueue and enqueue_batch: the arrays describe one message
+-- per element. It checks every message against outbox.limits and the rules
+-- the Go producer applies, and refuses the whole call at the first bad
+-- message with SQLSTATE P7004, the field in the error's COLUMN, and nothing
+-- written. p_caller names the function in the error.
+CREATE FUNCTION outbox.enqueue_rows(
+    p_caller        text,
+    p_namespaces    text[],
+    p_topics        text[],
+    p_payloads      text[],
+    p_tenant_ids    text[],
+    p_dedupe_keys   text[],
+    p_ordering_keys text[],
+    p_headers       text[],
+    p_trace_headers text[],
+    p_available_at  timestamptz[])
+RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- A generic plan made while the tables were small would keep scanning
+-- dedupe in full as it grows; plan each statement for the data at hand.
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n        int := coalesce(cardinality(p_namespaces), 0);
+    v_now      timestamptz := now();
+    v_limits   outbox.limits;
+    v_floor    bigint;
+    v_payloads jsonb[];
+    v_headers  jsonb[];
+    v_ids      uuid[];
+    v_inserted boolean[];
+    v_seqs     bigint[];
+    v_at       bigint;
+    v_field    text;
+    v_reason   text;
+    -- C0 and C1 control characters, as Go's unicode.IsControl (no NUL in text).
+    c_control  constant text := '[\u0001-\u001f\u007f-\u009f]';
+BEGIN
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    IF coalesce(cardinality(p_topics), 0) <> v_n OR coalesce(cardinality(p_payloads), 0) <> v_n
+       OR coalesce(cardinality(p_tenant_ids), v_n) <> v_n OR coalesce(cardinality(p_dedupe_keys), v_n) <> v_n
+       OR coalesce(cardinality(p_ordering_keys), v_n) <> v_n OR coalesce(cardinality(p_headers), v_n) <> v_n
+       OR coalesce(cardinality(p_trace_headers), v_n) <> v_n OR coalesce(cardinality(p_available_at), v_n) <> v_n THEN
+        RAISE EXCEPTION '%: every array must have one element per message (% messages)', p_caller, v_n
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_limits FROM outbox.limits;
+
+    -- An empty key is no key, as for the Go producer.
+    p_tenant_ids    := CASE WHEN p_tenant_ids IS NOT NULL THEN ARRAY(SELECT nullif(x, '') FROM unnest(p_tenant_ids) x) END;
+    p_dedupe_keys   := CASE WHEN p_dedupe_keys IS NOT NULL THEN ARRAY(SELECT nullif(x, '') FROM unnest(p_dedupe_keys) x) END;
+    p_ordering_keys := CASE WHEN p_ordering_keys IS NOT NULL THEN ARRAY(SELECT nullif(x, '') FROM unnest(p_ordering_keys) x) END;
+    p_trace_headers := CASE WHEN p_trace_headers IS NOT NULL THEN ARRAY(SELECT nullif(x, '') FROM unnest(p_trace_headers) x) END;
+
+    -- 1. What can be checked without parsing, in one pass. The name
+    --    patterns are unbounded with a separate length check: PostgreSQL's
+    --    regular expressions are ten times slower with {0,127}.
+    SELECT x.i, x.problem[1], x.problem[2] INTO v_at, v_field, v_reason
+    FROM (
+        SELECT e.i, CASE
+            WHEN e.ns IS NULL OR e.ns = '' THEN ARRAY['namespace', 'must not be empty']
+            WHEN octet_length(e.ns) > 128 OR e.ns !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
+                ARRAY['namespace', format('%s must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit', quote_literal(left(e.ns, 140)))]
+            WHEN e.tp IS NULL OR e.tp = '' THEN ARRAY['topic', 'must not be empty']
+            WHEN octet_length(e.tp) > 128 OR e.tp !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
+                ARRAY['topic', format('%s must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit', quote_literal(left(e.tp, 140)))]
+            WHEN e.payload IS NULL OR e.payload = '' THEN ARRAY['payload', 'must not be empty']
+            WHEN octet_length(e.payload) > v_limits.max_payload_bytes THEN
+                ARRAY['payload', format('is %s bytes, over the limit of %s', octet_length(e.payload), v_limits.max_payload_bytes)]
+            WHEN octet_length(e.tenant) > v_limits.max_key_bytes THEN
+                ARRAY['tenant_id', format('is %s bytes, over the limit of %s', octet_length(e.tenant), v_limits.max_key_bytes)]
+            WHEN e.tenant ~ c_control THEN ARRAY['tenant_id', 'contains a control character']
+            WHEN octet_length(e.dk) > v_limits.max_key_bytes THEN
+                ARRAY['dedupe_key', format('is %s bytes, over the limit of %s', octet_length(e.dk), v_limits.max_key_bytes)]
+            WHEN e.dk ~ c_control THEN ARRAY['dedupe_key', 'contains a control character']
+            WHEN octet_length(e.ok) > v_limits.max_key_bytes THEN
+                ARRAY['ordering_key', format('is %s bytes, over the limit of %s', octet_length(e.ok), v_limits.max_key_bytes)]
+            WHEN e.ok ~ c_control THEN ARRAY['ordering_key', 'contains a control character']
+            WHEN octet_length(e.trace) > 256 THEN ARRAY['trace_header', format('is %s bytes, over the limit of 256', octet_length(e.trace))]
+            WHEN e.trace !~ '^[!-~]*$' THEN ARRAY['trace_header', 'must be printable ASCII without spaces']
+            WHEN NOT isfinite(e.at) THEN ARRAY['available_at', format('must be a finite time, got %s', e.at)]
+            -- The clock now, not the transaction's start: a producer's own
+            -- check of the same bound, made just before, must not be looser.
+            WHEN e.at > clock_timestamp() + v_limits.max_delay THEN
+                ARRAY['available_at', format('is more than %s ahead (%s); the limit is outbox.limits.max_delay', v_limits.max_delay, e.at)]
+        END AS problem
+        FROM unnest(p_namespaces, p_topics, p_payloads, p_tenant_ids, p_dedupe_keys, p_ordering_keys,
+                    p_trace_headers, p_available_at) WITH ORDINALITY
+             AS e(ns, tp, payload, tenant, dk, ok, trace, at, i)
+    ) x
+    WHERE x.problem IS NOT NULL
+    ORDER BY x.i
+    LIMIT 1;
+
+    -- 2. Parse payloads and headers once, for the checks and the insert. A
+    --    document PostgreSQL cannot store (bad syntax, \u0000, a lone
+    --    surrogate, a number beyond numeric) is found and named. The block
+    --    only reads, so its subtransaction takes no transaction id.
+    IF v_at IS NULL THEN
+        BEGIN
+            v_payloads := p_payloads::jsonb[];
+            v_headers := p_headers::jsonb[];
+        EXCEPTION WHEN data_exception THEN
+            FOR i IN 1 .. v_n LOOP
+                BEGIN
+                    PERFORM p_payloads[i]::jsonb;
+                EXCEPTION WHEN data_exception THEN
+                    v_at := i; v_field := 'payload'; v_reason := 'is not valid JSON: ' || SQLERRM;
+                    EXIT;
+                END;
+                BEGIN
+                    PERFORM p_headers[i]::jsonb;
+                EXCEPTION WHEN data_exception THEN
+                    v_at := i; v_field := 'headers'; v_reason := 'is not valid JSON: ' || SQLERRM;
+                    EXIT;
+                END;
+            END LOOP;
+        END;
+    END IF;
+
+    IF v_at IS NULL THEN
+        SELECT x.i, x.problem[1], x.problem[2] INTO v_at, v_field, v_reason
+        FROM (
+            SELECT e.i, CASE
+                WHEN jsonb_typeof(e.payload) NOT IN ('object', 'array') THEN
+                    ARRAY['payload', 'must be a JSON object or array, not a ' || jsonb_typeof(e.payload)]
+                WHEN e.headers IS NULL OR e.headers = '{}'::jsonb THEN NULL
+                WHEN jsonb_typeof(e.headers) <> 'object' THEN ARRAY['headers', 'must be a JSON object of strings']
+                WHEN (SELECT count(*) FROM jsonb_object_keys(e.headers)) > v_limits.max_headers THEN
+                    ARRAY['headers', format('has %s entries, more than the limit of %s',
+                                            (SELECT count(*) FROM jsonb_object_keys(e.headers)), v_limits.max_headers)]
+                ELSE (SELECT ARRAY['headers', h.problem]
+                      FROM (SELECT kv.key, CASE
+                                WHEN octet_length(kv.key) > 64 OR kv.key !~ '^[A-Za-z0-9][A-Za-z0-9_.-]*$' THEN
+                                    format('name %s must be 1-64 characters of letters, digits and _ . -, starting with a letter or digit', quote_ident(left(kv.key, 80)))
+                                WHEN lower(kv.key) LIKE ANY (ARRAY['outbox%', 'webhook-%', 'aws.%', 'amazon.%', 'x-amz%'])
+                                     OR lower(kv.key) IN ('content-type', 'content-length', 'host', 'idempotency-key',
+                                                          'user-agent', 'connection', 'transfer-encoding') THEN
+                                    format('name %s is reserved for the dispatcher', quote_ident(kv.key))
+                                WHEN jsonb_typeof(kv.value) <> 'string' THEN
+                                    format('value of %s must be a string, got %s', quote_ident(kv.key), jsonb_typeof(kv.value))
+                                WHEN octet_length(kv.value #>> '{}') > v_limits.max_header_value_bytes THEN
+                                    format('value of %s is %s bytes, over the limit of %s', quote_ident(kv.key),
+                                           octet_length(kv.value #>> '{}'), v_limits.max_header_value_bytes)
+                                WHEN (kv.value #>> '{}') ~ c_control THEN
+                                    format('value of %s contains a control character', quote_ident(kv.key))
+                            END AS problem
+                            FROM jsonb_each(e.headers) kv) h
+                      WHERE h.problem IS NOT NULL
+                      ORDER BY h.key
+                      LIMIT 1)
+            END AS problem
+            FROM unnest(v_payloads, v_headers) WITH ORDINALITY AS e(payload, headers, i)
+        ) x
+        WHERE x.problem IS NOT NULL
+        ORDER BY x.i
+        LIMIT 1;
+    END IF;
+
+    IF v_at IS NOT NULL THEN
+        -- DETAIL carries the message's index in the batch, for callers.
+        IF p_caller = 'outbox.enqueue' THEN
+            RAISE EXCEPTION '%: invalid message: % %', p_caller, v_field, v_reason
+                USING ERRCODE = 'P7004', COLUMN = v_field, DETAIL = 'message index: -1';
+        END IF;
+        RAISE EXCEPTION '%: invalid message %: % %', p_caller, v_at - 1, v_field, v_reason
+            USING ERRCODE = 'P7004', COLUMN = v_field, DETAIL = format('message index: %s', v_at - 1);
+    END IF;
+
+    v_ids := ARRAY(SELECT outbox.uuid_v7() FROM generate_series(1, v_n));
+
+    -- 3. Claim the dedupe keys, in key order; the lowest position wins a key
+    --    repeated within the batch. Concurrent batches sharing keys lock them
+    --    in the same order, so they cannot deadlock.
+    IF p_dedupe_keys IS NOT NULL THEN
+        INSERT INTO outbox.dedupe (namespace, topic, dedupe_key, message_id)
+        SELECT e.ns, e.tp, e.dk, e.id
+        FROM unnest(p_namespaces, p_topics, p_dedupe_keys, v_ids) WITH ORDINALITY AS e(ns, tp, dk, id, ord)
+        WHERE e.dk IS NOT NULL
+        ORDER BY e.ns, e.tp, e.dk, e.ord
+        ON CONFLICT ON CONSTRAINT dedupe_pkey DO NOTHING;
+
+        -- A new statement, so a new snapshot: keys that a concurrent
+        -- transaction committed while we waited on them are visible here.
+        v_inserted := ARRAY(
+            SELECT d.message_id IS NULL OR d.message_id = e.id
+            FROM unnest(p_namespaces, p_topics, p_dedupe_keys, v_ids) WITH ORDINALITY AS e(ns, tp, dk, id, ord)
+            LEFT JOIN LATERAL (
+                -- OFFSET 0 keeps this a per-message primary key probe: a
+                -- hash join over the whole table is what stale statistics
+                -- would choose on a table that grows by the batch.
+                SELECT k.message_id FROM outbox.dedupe k
+                WHERE k.namespace = e.ns AND k.topic = e.tp AND k.dedupe_key = e.dk OFFSET 0) d ON true
+            ORDER BY e.ord);
+    ELSE
+        v_inserted := array_fill(true, ARRAY[v_n]);
+    END IF;
+
+    -- 4. Sequence ids for the inserted messages with an ordering key: each
+    --    key's allocator moves once by its count, in key order. The row lock
+    --    it takes serialises the key's producers until commit, so sequence
+    --    order is commit order.
+    IF p_ordering_keys IS NOT NULL THEN
+        SELECT f.last_sequence_id INTO v_floor FROM outbox.sequence_floor f;
+        WITH e AS (
+            SELECT x.ns, x.ok, x.ord, row_number() OVER (PARTITION BY x.ns, x.ok ORDER BY x.ord) AS rank
+            FROM unnest(p_namespaces, p_ordering_keys, v_inserted) WITH ORDINALITY AS x(ns, ok, ins, ord)
+            WHERE x.ok IS NOT NULL AND x.ins
+        ),
+        counts AS (
+            SELECT e.ns, e.ok, count(*) AS n FROM e GROUP BY e.ns, e.ok
+        ),
+        bumped AS (
+            INSERT INTO outbox.sequences AS s (namespace, ordering_key, last_sequence_id)
+            SELECT c.ns, c.ok, v_floor + c.n FROM counts c ORDER BY c.ns, c.ok
+            ON CONFLICT ON CONSTRAINT sequences_pkey
+                DO UPDATE SET last_sequence_id = s.last_sequence_id + (excluded.last_sequence_id - v_floor),
+                              updated_at = now()
+            RETURNING s.namespace, s.ordering_key, s.last_sequence_id
+        )
+        SELECT array_agg(CASE WHEN e.ok IS NULL THEN NULL ELSE b.last_sequence_id - c.n + e.rank END ORDER BY g.ord)
+        INTO v_seqs
+        FROM generate_series(1, v_n) AS g(ord)
+        LEFT JOIN e ON e.ord = g.ord
+        LEFT JOIN counts c ON c.ns = e.ns AND c.ok = e.ok
+        LEFT JOIN bumped b ON b.namespace = e.ns AND b.ordering_key = e.ok;
+
+        IF p_dedupe_keys IS NOT NULL THEN
+            UPDATE outbox.dedupe d SET sequence_id = x.seq
+            FROM unnest(p_namespaces, p_topics, p_dedupe_keys, v_seqs, v_inserted) AS x(ns, tp, dk, seq, ins)
+            WHERE x.ins AND x.dk IS NOT NULL AND x.seq IS NOT NULL
+              AND (d.namespace, d.topic, d.dedupe_key) = (x.ns, x.tp, x.dk);
+        END IF;
+    END IF;
+
+    -- 5. The messages themselves. An ordered message starts behind; its
+    --    key is settled when this transaction commits (the trigger on
+    --    outbox.sequences), which makes it the head if it is first in line.
+    INSERT INTO outbox.pending (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                payload, payload_bytes, headers, trace_header, available_at, next_attempt_at, behind)
+    SELECT x.id, x.ns, x.tp, x.tenant, x.dk, x.ok, x.seq, x.payload, octet_length(x.payload_text),
+           coalesce(x.headers, '{}'::jsonb), x.trace,
+           greatest(coalesce(x.at, v_now), v_now), greatest(coalesce(x.at, v_now), v_now), x.ok IS NOT NULL
+    FROM unnest(v_ids, p_namespaces, p_topics, p_tenant_ids, p_dedupe_keys, p_ordering_keys, v_seqs,
+                v_payloads, p_payloads, v_headers, p_trace_headers, p_available_at, v_inserted)
+         AS x(id, ns, tp, tenant, dk, ok, seq, payload, payload_text, headers, trace, at, ins)
+    WHERE x.ins;
+
+    -- 6. One row per message, in order; a dedupe hit answers with the
+    --    message that holds the key.
+    RETURN QUERY
+    SELECT CASE WHEN x.ins THEN x.id ELSE d.message_id END,
+           CASE WHEN x.ins THEN x.seq ELSE d.sequence_id END,
+           x.ins
+    FROM unnest(v_ids, p_namespaces, p_topics, p_dedupe_keys, v_seqs, v_inserted) WITH ORDINALITY
+         AS x(id, ns, tp, dk, seq, ins, ord)
+    LEFT JOIN LATERAL (
+        SELECT k.message_id, k.sequence_id FROM outbox.dedupe k
+        WHERE NOT x.ins AND k.namespace = x.ns AND k.topic = x.tp AND k.dedupe_key = x.dk OFFSET 0) d ON true
+    ORDER BY x.ord;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.enqueue(
+    p_namespace    text,
+    p_topic        text,
+    p_payload      jsonb,
+    p_tenant_id    text DEFAULT NULL,
+    p_dedupe_key   text DEFAULT NULL,
+    p_ordering_key text DEFAULT NULL,
+    p_headers      jsonb DEFAULT '{}',
+    p_trace_header text DEFAULT NULL,
+    p_available_at timestamptz DEFAULT now())
+RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- One message: enqueue_batch's work for a batch of one, so that the two can
+-- never disagree on validation, dedupe or sequencing.
+BEGIN
+    RETURN QUERY
+    SELECT r.message_id, r.sequence_id, r.inserted
+    FROM outbox.enqueue_rows('outbox.enqueue', ARRAY[p_namespace], ARRAY[p_topic], ARRAY[p_payload::text],
+                             ARRAY[p_tenant_id], ARRAY[p_dedupe_key], ARRAY[p_ordering_key],
+                             ARRAY[p_headers::text], ARRAY[p_trace_header], ARRAY[p_available_at]) r;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.enqueue_batch(
+    p_namespaces    text[],
+    p_topics        text[],
+    p_payloads      text[],
+    p_tenant_ids    text[] DEFAULT NULL,
+    p_dedupe_keys   text[] DEFAULT NULL,
+    p_ordering_keys text[] DEFAULT NULL,
+    p_headers       text[] DEFAULT NULL,
+    p_trace_headers text[] DEFAULT NULL,
+    p_available_at  timestamptz[] DEFAULT NULL)
+RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- The set-based form of enqueue() for many messages at once: the same
+-- results, in input order, for a fraction of the per-row cost. Element i of
+-- every array describes message i; optional arrays may be NULL. Within one
+-- batch the first message with a dedupe key wins it and later ones are
+-- dedupe hits, exactly as with enqueue() called in order.
+BEGIN
+    RETURN QUERY
+    SELECT r.message_id, r.sequence_id, r.inserted
+    FROM outbox.enqueue_rows('outbox.enqueue_batch', p_namespaces, p_topics, p_payloads, p_tenant_ids,
+                             p_dedupe_keys, p_ordering_keys, p_headers, p_trace_headers, p_available_at) r;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.complete_batch(
+    p_worker_id    text,
+    p_results      jsonb,
+    p_max_attempts int DEFAULT 100)
+RETURNS TABLE(id uuid, status text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+-- p_results: [{"id", "lease_token", "outcome", "error_code", "error_message",
+-- "target", "target_ref", "latency_ms", "retry_at", "on_dead"}, ...]
+--
+--   DISPATCHED  archived, the row leaves pending
+--   RETRYABLE   archived, lease cleared, due again at retry_at; moved to
+--               dead instead at the attempt ceiling
+--   FAILED      archived, the row moves to outbox.dead
+--   RELEASED    given back untouched: lease cleared, the claim's attempt
+--               taken back, nothing archived (the rest of an ordered run
+--               after a message that was not delivered)
+--
+-- on_dead ("skip" or "park") is the route's policy for an ordered message
+-- that dies here or later (see outbox.repair_expired_leases): "park" makes
+-- the dead message hold its key.
+--
+-- Status per result: ok; lease_lost (not leased to this worker under this
+-- token any more, or expired: nothing written for it); dead (RETRYABLE at
+-- the ceiling, moved to dead); double_dispatch (DISPATCHED for a message
+-- already recorded as dispatched: it leaves pending without a second
+-- DISPATCHED outcome, and the rest of the batch is recorded as usual).
+#variable_conflict use_column
+DECLARE
+    v_now      timestamptz := clock_timestamp();
+    v_total    int;
+    v_distinct int;
+    v_invalid  int;
+    v_ids      uuid[];
+    v_statuses text[];
+    v_key_ns   text[];
+    v_key_ok   text[];
+BEGIN
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'outbox.complete_batch: p_worker_id must not be empty' USING ERRCODE = 'P7003';
+    END IF;
+    IF jsonb_typeof(p_results) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'outbox.complete_batch: p_results must be a JSON array of results' USING ERRCODE = 'P7003';
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'outbox.complete_batch: p_max_attempts must be at least 1' USING ERRCODE = '22023';
+    END IF;
+
+    -- Validate the whole document before writing anything: a malformed
+    -- completion is a bug in the caller and must not half-apply. This block
+    -- only reads, so its subtransaction never takes a transaction id.
+    BEGIN
+        SELECT count(*),
+               count(DISTINCT r.id),
+               count(*) FILTER (WHERE r.id IS NULL OR r.lease_token IS NULL OR r.outcome IS NULL
+                                   OR r.outcome NOT IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'RELEASED')
+                                   OR (r.on_dead IS NOT NULL AND r.on_dead NOT IN ('skip', 'park')))
+          INTO v_total, v_distinct, v_invalid
+          FROM jsonb_to_recordset(p_results) AS r(id uuid, lease_token uuid, outcome text, on_dead text,
+                                                  latency_ms int, retry_at timestamptz);
+    EXCEPTION WHEN invalid_text_representation OR invalid_parameter_value OR datatype_mismatch
+                OR invalid_datetime_format OR datetime_field_overflow OR numeric_value_out_of_range THEN
+        RAISE EXCEPTION 'outbox.complete_batch: malformed result document: %', SQLERRM USING ERRCODE = 'P7003';
+    END;
+    IF v_invalid > 0 THEN
+        RAISE EXCEPTION 'outbox.complete_batch: % result(s) without id, lease_token or a valid outcome (DISPATCHED, RETRYABLE, FAILED, RELEASED) and on_dead (skip, park)', v_invalid
+            USING ERRCODE = 'P7003';
+    END IF;
+    IF v_distinct <> v_total THEN
+        RAISE EXCEPTION 'outbox.complete_batch: a message id appears more than once in one batch' USING ERRCODE = 'P7003';
+    END IF;
+
+    -- The DELETE and the UPDATEs are the fence: each touches only rows still
+    -- leased to this worker under the result's token and not yet expired
+    -- (by the clock now, not the transaction's start). A row that a reaper
+    -- or another worker changed meanwhile fails the re-check PostgreSQL
+    -- makes after waiting for its lock, and is left alone: lease_lost.
+    WITH r AS (
+        SELECT *
+        FROM ROWS FROM (jsonb_to_recordset(p_results) AS (
+                 id uuid, lease_token uuid, outcome text, error_code text, error_message text,
+                 target text, target_ref text, latency_ms int, retry_at timestamptz, on_dead text))
+             WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
+                                  target, target_ref, latency_ms, retry_at, on_dead, ord)
+    ),
+    -- DISPATCHED and FAILED leave pending; so does a RETRYABLE outcome at
+    -- the attempt ceiling, which becomes FAILED.
+    removed AS (
+        DELETE FROM outbox.pending p
+        USING r
+        WHERE p.id = r.id
+          AND p.lease_token = r.lease_token
+          AND p.claimed_by = p_worker_id
+          AND p.lease_expires_at > v_now
+          AND (r.outcome IN ('DISPATCHED', 'FAILED') OR (r.outcome = 'RETRYABLE' AND p.attempt_count >= p_max_attempts))
+        -- A delivered row's payload is not needed past this point: carrying
+        -- it through the CTEs costs more than the delete itself.
+        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                  CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.payload END AS payload,
+                  p.payload_bytes,
+                  CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.headers END AS headers,
+                  p.trace_header, p.attempt_count, p.available_at, p.created_at,
+                  r.outcome AS requested,
+                  CASE WHEN r.outcome = 'DISPATCHED' THEN 'DISPATCHED' ELSE 'FAILED' END AS outcome,
+                  p.ordering_key IS NOT NULL AND r.outcome <> 'DISPATCHED'
+                      AND coalesce(r.on_dead = 'park', p.park_on_dead) AS parks,
+                  r.error_code, left(r.error_message, 4096) AS error_message, r.target, r.target_ref, r.latency_ms
+    ),
+    rescheduled AS (
+        UPDATE outbox.pending p
+        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            next_attempt_at = greatest(coalesce(r.retry_at, v_now), v_now),
+            last_error_code = r.error_code,
+            last_error = left(r.error_message, 4096),
+            failing_since = coalesce(p.failing_since, v_now),
+            park_on_dead = coalesce(r.on_dead = 'park', p.park_on_dead)
+        FROM r
+        WHERE p.id = r.id
+          AND p.lease_token = r.lease_token
+          AND p.claimed_by = p_worker_id
+          AND p.lease_expires_at > v_now
+          AND r.outcome = 'RETRYABLE' AND p.attempt_count < p_max_attempts
+        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                  p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
+                  r.target, r.target_ref, r.latency_ms
+    ),
+    released AS (
+        UPDATE outbox.pending p
+        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            attempt_count = greatest(p.attempt_count - 1, 0)
+        FROM r
+        WHERE p.id = r.id
+          AND p.lease_token = r.lease_token
+          AND p.claimed_by = p_worker_id
+          AND p.lease_expires_at > v_now
+          AND r.outcome = 'RELEASED'
+        RETURNING p.id
+    ),
+    buried AS (
+        INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                 payload, payload_bytes, headers, trace_header, attempt_count, available_at,
+                                 created_at, last_error_code, last_error, failed_by, holds_key)
+        SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
+               x.payload, x.payload_bytes, x.headers, x.trace_header, x.attempt_count, x.available_at,
+               x.created_at, x.error_code, x.error_message, p_worker_id,
+               -- Only a key's first dead message holds it (a run stops at
+               -- its first failure, so there is no second; this keeps it so).
+               x.parks AND x.rank = 1
+                   AND NOT EXISTS (SELECT 1 FROM outbox.dead d
+                                   WHERE d.namespace = x.namespace AND d.ordering_key = x.ordering_key AND d.holds_key)
+        FROM (SELECT y.*, row_number() OVER (PARTITION BY y.namespace, y.ordering_key, y.outcome ORDER BY y.sequence_id) AS rank
+              FROM removed y) x
+        WHERE x.outcome = 'FAILED'
+    ),
+    -- The double-delivery backstop, per message: a second DISPATCHED for a
+    -- message is not archived (attempts_one_dispatched_per_message), and
+    -- only that message says so.
+    archived AS (
+        INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                     dedupe_key, ordering_key, sequence_id, target, target_ref,
+                                     error_code, error_message, latency_ms)
+        SELECT x.id, x.attempt_count, x.outcome, p_worker_id, x.namespace, x.topic, x.tenant_id,
+               x.dedupe_key, x.ordering_key, x.sequence_id, x.target, x.target_ref,
+               x.error_code, x.error_message, x.latency_ms
+        FROM removed x
+        UNION ALL
+        SELECT q.id, q.attempt_count, 'RETRYABLE', p_worker_id, q.namespace, q.topic, q.tenant_id,
+               q.dedupe_key, q.ordering_key, q.sequence_id, q.target, q.target_ref,
+               q.error_code, q.error_message, q.latency_ms
+        FROM rescheduled q
+        ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
+        RETURNING message_id, state
+    ),
+    done AS (
+        SELECT x.id,
+               CASE WHEN x.requested = 'RETRYABLE' THEN 'dead'
+                    WHEN x.outcome = 'DISPATCHED' AND a.message_id IS NULL THEN 'double_dispatch'
+                    ELSE 'ok' END AS status,
+               x.namespace, x.ordering_key
+        FROM removed x
+        LEFT JOIN archived a ON a.message_id = x.id AND a.state = 'DISPATCHED'
+        UNION ALL
+        SELECT q.id, 'ok', NULL, NULL FROM rescheduled q
+        UNION ALL
+        SELECT l.id, 'ok', NULL, NULL FROM released l
+    )
+    SELECT array_agg(r.id ORDER BY r.ord),
+           array_agg(coalesce(d.status, 'lease_lost') ORDER BY r.ord),
+           array_agg(d.namespace) FILTER (WHERE d.ordering_key IS NOT NULL),
+           array_agg(d.ordering_key) FILTER (WHERE d.ordering_key IS NOT NULL)
+      INTO v_ids, v_statuses, v_key_ns, v_key_ok
+      FROM r
+      LEFT JOIN done d ON d.id = r.id;
+
+    -- A key whose message left pending has a new head (or is parked); a key
+    -- a producer is committing to right now is left to the next claim.
+    IF v_key_ok IS NOT NULL THEN
+        PERFORM outbox.settle_keys(v_key_ns, v_key_ok, false);
+    END IF;
+
+    RETURN QUERY SELECT u.id, u.status FROM unnest(v_ids, v_statuses) AS u(id, status);
+END;
+$$;
+-- +goose StatementEnd
+
+DROP FUNCTION outbox.claim_batch(int, text, int, text[]);
+-- +goose StatementBegin
+CREATE FUNCTION outbox.claim_batch(
+    p_batch_size        int,
+    p_worker_id         text,
+    p_lease_seconds     int,
+    p_namespaces        text[] DEFAULT NULL,
+    p_max_run           int DEFAULT 1,
+    p_max_bytes         bigint DEFAULT NULL,
+    p_max_payload_bytes int DEFAULT NULL)
+RETURNS TABLE(id uuid, namespace text, topic text, tenant_id text, dedupe_key text,
+              ordering_key text, sequence_id bigint, payload jsonb, headers jsonb,
+              trace_header text, attempt_count int, lease_token uuid,
+              lease_expires_at timestamptz, created_at timestamptz, payload_bytes int)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- A generic plan cannot see the LIMIT and falls back to a sequential scan
+-- and sort; a custom plan walks pending_claimable in order and stops.
+SET plan_cache_mode = force_custom_plan
+AS $$
+-- Claims up to p_batch_size messages: due heads and unordered messages in
+-- (next_attempt_at, id) order, each ordered head followed by up to
+-- p_max_run - 1 of the messages queued behind it (its run, in sequence
+-- order, stopping at the first that is not due), all under one lease token.
+-- The claim stops before its payloads would exceed p_max_bytes (it always
+-- takes at least one message). A message whose payload is larger than
+-- p_max_payload_bytes (the most any route may send) is claimed without its
+-- payload (NULL) and does not count against p_max_bytes: the dispatcher
+-- dead-letters it without loading it.
+#variable_conflict use_column
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_token uuid := gen_random_uuid();
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_batch_size must be between 1 and 10000, got %', p_batch_size
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_worker_id must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF p_lease_seconds IS NULL OR p_lease_seconds < 1 THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_lease_seconds must be at least 1, got %', p_lease_seconds
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_max_run IS NULL OR p_max_run < 1 OR p_max_run > 10000 THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_max_run must be between 1 and 10000, got %', p_max_run
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_max_bytes < 1 OR p_max_payload_bytes < 1 THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_max_bytes and p_max_payload_bytes must be positive (or NULL), got % and %',
+            p_max_bytes, p_max_payload_bytes USING ERRCODE = '22023';
+    END IF;
+
+    -- Keys a dispatcher could not settle without waiting: settle them now,
+    -- so that their heads are claimable. Almost always empty.
+    IF EXISTS (SELECT 1 FROM outbox.unsettled_keys) THEN
+        PERFORM outbox.settle_unsettled(100);
+    END IF;
+
+    RETURN QUERY
+    WITH heads AS (
+        SELECT p.id, p.namespace, p.ordering_key, p.sequence_id, p.payload_bytes, p.next_attempt_at
+        FROM outbox.pending p
+        WHERE p.lease_token IS NULL
+          AND NOT p.behind
+          AND p.next_attempt_at <= v_now
+          AND (p_namespaces IS NULL OR p.namespace = ANY (p_namespaces))
+        ORDER BY p.next_attempt_at, p.id
+        LIMIT p_batch_size
+        FOR UPDATE OF p SKIP LOCKED
+    ),
+    -- The messages behind each ordered head, in sequence order; a run takes
+    -- them up to the first one that is not due, leased or lockable (an
+    -- operator discarding it), so a run never skips one.
+    followers AS (
+        SELECT s.head_id, s.id, s.sequence_id, s.payload_bytes,
+               bool_and(s.takeable) OVER (PARTITION BY s.head_id ORDER BY s.sequence_id) AS takeable
+        FROM (
+            SELECT h.id AS head_id, f.id, f.sequence_id, f.payload_bytes,
+                   f.lease_token IS NULL AND f.next_attempt_at <= v_now AND l.id IS NOT NULL AS takeable
+            FROM heads h
+            CROSS JOIN LATERAL (
+                SELECT q.id, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at
+                FROM outbox.pending q
+                WHERE q.namespace = h.namespace AND q.ordering_key = h.ordering_key
+                  AND q.sequence_id > h.sequence_id
+                ORDER BY q.sequence_id
+                LIMIT p_max_run - 1) f
+            LEFT JOIN LATERAL (
+                SELECT x.id FROM outbox.pending x WHERE x.id = f.id FOR UPDATE SKIP LOCKED) l ON true
+            WHERE h.ordering_key IS NOT NULL AND p_max_run > 1
+        ) s
+    ),
+    candidates AS (
+        SELECT h.id, h.next_attempt_at AS head_at, h.id AS head_id, 0::bigint AS pos, h.payload_bytes
+        FROM heads h
+        UNION ALL
+        SELECT f.id, h.next_attempt_at, f.head_id, f.sequence_id, f.payload_bytes
+        FROM followers f
+        JOIN heads h ON h.id = f.head_id
+        WHERE f.takeable
+    ),
+    ranked AS (
+        SELECT c.id,
+               row_number() OVER w AS n,
+               sum(CASE WHEN c.payload_bytes > p_max_payload_bytes THEN 0 ELSE c.payload_bytes END) OVER w AS bytes
+        FROM candidates c
+        WINDOW w AS (ORDER BY c.head_at, c.head_id, c.pos)
+    ),
+    chosen AS (
+        SELECT r.id FROM ranked r
+        WHERE r.n <= p_batch_size AND (r.n = 1 OR p_max_bytes IS NULL OR r.bytes <= p_max_bytes)
+    )
+    UPDATE outbox.pending p
+    SET claimed_by       = p_worker_id,
+        lease_token      = v_token,
+        lease_expires_at = v_now + make_interval(secs => p_lease_seconds),
+        attempt_count    = p.attempt_count + 1
+    FROM chosen c
+    WHERE p.id = c.id
+    RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+              CASE WHEN p.payload_bytes > p_max_payload_bytes THEN NULL ELSE p.payload END,
+              p.headers, p.trace_header, p.attempt_count, p.lease_token,
+              p.lease_expires_at, p.created_at, p.payload_bytes;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.repair_expired_leases(
+    p_batch_size   int,
+    p_worker_id    text,
+    p_max_attempts int DEFAULT 100)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+-- Leased rows whose lease expired (by the clock now, not the transaction's
+-- start): the lease is cleared, the row is due now (a head stays its key's
+-- head) and a ZOMBIE_REQUEUE is archived; at the attempt ceiling the row is
+-- dead-lettered as LEASE_EXPIRED instead, parking its key if the route said
+-- so when it last reported on the message. An ordered run is repaired whole.
+-- Also settles the keys dispatchers had to leave unsettled.
+#variable_conflict use_column
+DECLARE
+    v_now      timestamptz := clock_timestamp();
+    v_ids      uuid[];
+    v_repaired integer;
+    v_key_ns   text[];
+    v_key_ok   text[];
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 100000 THEN
+        RAISE EXCEPTION 'outbox.repair_expired_leases: p_batch_size must be between 1 and 100000, got %', p_batch_size
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'outbox.repair_expired_leases: p_worker_id must not be empty' USING ERRCODE = '22023';
+    END IF;
+
+    v_ids := ARRAY(
+        SELECT p.id FROM outbox.pending p
+        WHERE p.lease_token IS NOT NULL AND p.lease_expires_at <= v_now
+        ORDER BY p.lease_expires_at
+        LIMIT p_batch_size
+        FOR UPDATE OF p SKIP LOCKED);
+    -- The rest of the ordered runs those rows belong to (same key, same
+    -- lease), so that a key never has part of a run leased and part not.
+    v_ids := v_ids || ARRAY(
+        SELECT q.id FROM outbox.pending q
+        JOIN outbox.pending r ON r.namespace = q.namespace AND r.ordering_key = q.ordering_key
+                             AND r.lease_token = q.lease_token
+        WHERE r.id = ANY (v_ids) AND r.ordering_key IS NOT NULL AND NOT (q.id = ANY (v_ids))
+          AND q.lease_expires_at <= v_now
+        FOR UPDATE OF q SKIP LOCKED);
+
+    WITH expired AS (
+        SELECT p.id, p.claimed_by AS held_by
+        FROM outbox.pending p
+        WHERE p.id = ANY (v_ids) AND p.lease_token IS NOT NULL AND p.lease_expires_at <= v_now
+    ),
+    requeued AS (
+        UPDATE outbox.pending p
+        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            next_attempt_at = v_now,
+            last_error_code = 'LEASE_EXPIRED',
+            last_error = 'lease held by ' || e.held_by || ' expired before completion'
+        FROM expired e
+        WHERE p.id = e.id AND p.attempt_count < p_max_attempts
+        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                  p.attempt_count, e.held_by
+    ),
+    -- A message whose every attempt ends in a crash (it kills the
+    -- dispatcher, or outlives the lease) must not loop for ever.
+    removed AS (
+        DELETE FROM outbox.pending p
+        USING expired e
+        WHERE p.id = e.id AND p.attempt_count >= p_max_attempts
+        RETURNING p.*, e.held_by
+    ),
+    buried AS (
+        INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                 payload, payload_bytes, headers, trace_header, attempt_count, available_at,
+                                 created_at, last_error_code, last_error, failed_by, holds_key)
+        SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
+               x.payload, x.payload_bytes, x.headers, x.trace_header, x.attempt_count, x.available_at,
+               x.created_at, 'LEASE_EXPIRED',
+               'lease held by ' || x.held_by || ' expired on attempt ' || x.attempt_count
+                   || ', the attempt ceiling; moved to dead',
+               p_worker_id,
+               -- The key's first message to die here holds it, if the
+               -- route parks (one claim per key: there is no other).
+               x.ordering_key IS NOT NULL AND x.park_on_dead AND x.rank = 1
+                   AND NOT EXISTS (SELECT 1 FROM outbox.dead d
+                                   WHERE d.namespace = x.namespace AND d.ordering_key = x.ordering_key AND d.holds_key)
+        FROM (SELECT y.*, row_number() OVER (PARTITION BY y.namespace, y.ordering_key ORDER BY y.sequence_id) AS rank
+              FROM removed y) x
+    ),
+    archived AS (
+        INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                     dedupe_key, ordering_key, sequence_id, error_code, error_message)
+        SELECT q.id, q.attempt_count, 'ZOMBIE_REQUEUE', p_worker_id, q.namespace, q.topic, q.tenant_id,
+               q.dedupe_key, q.ordering_key, q.sequence_id, 'LEASE_EXPIRED',
+               'lease held by ' || q.held_by || ' expired before completion'
+        FROM requeued q
+        UNION ALL
+        SELECT x.id, x.attempt_count, 'FAILED', p_worker_id, x.namespace, x.topic, x.tenant_id,
+               x.dedupe_key, x.ordering_key, x.sequence_id, 'LEASE_EXPIRED',
+               'lease held by ' || x.held_by || ' expired on attempt ' || x.attempt_count
+                   || ', the attempt ceiling; moved to dead'
+        FROM removed x
+    )
+    SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM removed),
+           (SELECT array_agg(x.namespace) FROM removed x WHERE x.ordering_key IS NOT NULL),
+           (SELECT array_agg(x.ordering_key) FROM removed x WHERE x.ordering_key IS NOT NULL)
+      INTO v_repaired, v_key_ns, v_key_ok;
+
+    IF v_key_ok IS NOT NULL THEN
+        PERFORM outbox.settle_keys(v_key_ns, v_key_ok, false);
+    END IF;
+    PERFORM outbox.settle_unsettled(1000);
+    RETURN v_repaired;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.replay_dead(
+    p_message_ids   uuid[] DEFAULT NULL,
+    p_namespace     text DEFAULT NULL,
+    p_topic         text DEFAULT NULL,
+    p_error_code    text DEFAULT NULL,
+    p_failed_after  timestamptz DEFAULT NULL,
+    p_failed_before timestamptz DEFAULT NULL,
+    p_max_rows      int DEFAULT 100,
+    p_dry_run       boolean DEFAULT true,
+    p_operator      text DEFAULT NULL,
+    p_reason        text DEFAULT NULL)
+RETURNS TABLE(message_id uuid)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+-- Moves the matching dead letters (oldest first) back to pending with the
+-- same id and sequence id, attempt count 0, due now, and archives a
+-- REPLAYED attempt naming the operator given, the database login and the
+-- reason. An ordered message takes its place in its key's line: a parked
+-- key's dead head goes first and the key continues after it; a message whose
+-- key moved on without it (on_dead = skip) goes as the key's next message,
+-- and its REPLAYED attempt says so.
+#variable_conflict use_column
+DECLARE
+    v_matched uuid[];
+    v_key_ns  text[];
+    v_key_ok  text[];
+BEGIN
+    IF p_max_rows IS NULL OR p_max_rows < 1 OR p_max_rows > 10000 THEN
+        RAISE EXCEPTION 'outbox.replay_dead: p_max_rows must be between 1 and 10000, got %', p_max_rows
+            USING ERRCODE = '22023';
+    END IF;
+
+    v_matched := ARRAY(
+        SELECT d.id
+        FROM outbox.dead d
+        WHERE (p_message_ids IS NULL OR d.id = ANY (p_message_ids))
+          AND (p_namespace IS NULL OR d.namespace = p_namespace)
+          AND (p_topic IS NULL OR d.topic = p_topic)
+          AND (p_error_code IS NULL OR d.last_error_code = p_error_code)
+          AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+          AND (p_failed_before IS NULL OR d.failed_at < p_failed_before)
+        ORDER BY d.failed_at, d.id
+        LIMIT p_max_rows);
+
+    IF coalesce(p_dry_run, true) THEN
+        RETURN QUERY SELECT u.id FROM unnest(v_matched) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+        RETURN;
+    END IF;
+
+    -- The keys' locks first, as everyone who waits for them does: no
+    -- dispatcher holding one of them can then be waiting for these rows.
+    SELECT array_agg(d.namespace), array_agg(d.ordering_key) INTO v_key_ns, v_key_ok
+    FROM outbox.dead d WHERE d.id = ANY (v_matched) AND d.ordering_key IS NOT NULL;
+    PERFORM outbox.lock_keys(v_key_ns, v_key_ok);
+
+    WITH picked AS (
+        -- A concurrent replay of the same rows moves each of them once.
+        SELECT d.id FROM outbox.dead d WHERE d.id = ANY (v_matched) FOR UPDATE SKIP LOCKED
+    ),
+    moved AS (
+        DELETE FROM outbox.dead d USING picked WHERE d.id = picked.id RETURNING d.*
+    ),
+    requeued AS (
+        INSERT INTO outbox.pending (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                    payload, payload_bytes, headers, trace_header, attempt_count, available_at,
+                                    next_attempt_at, created_at, last_error_code, last_error, behind, park_on_dead)
+        SELECT m.id, m.namespace, m.topic, m.tenant_id, m.dedupe_key, m.ordering_key, m.sequence_id,
+               m.payload, m.payload_bytes, m.headers, m.trace_header, 0, now(), now(), m.created_at,
+               m.last_error_code, m.last_error, m.ordering_key IS NOT NULL, m.holds_key
+        FROM moved m
+    ),
+    audited AS (
+        INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic, tenant_id, dedupe_key,
+                                     ordering_key, sequence_id, error_code, error_message, operator, reason,
+                                     db_user, note)
+        SELECT m.id, m.attempt_count, 'REPLAYED', m.namespace, m.topic, m.tenant_id, m.dedupe_key,
+               m.ordering_key, m.sequence_id, m.last_error_code, m.last_error,
+               coalesce(p_operator, session_user), p_reason, session_user,
+               CASE WHEN m.ordering_key IS NOT NULL AND NOT m.holds_key AND s.last_sequence_id > m.sequence_id THEN
+                   format('out of sequence: key %s had moved on to sequence %s without it (on_dead skip); delivered as the key''s next message',
+                          m.ordering_key, s.last_sequence_id)
+               END
+        FROM moved m
+        LEFT JOIN outbox.sequences s ON s.namespace = m.namespace AND s.ordering_key = m.ordering_key
+    )
+    SELECT array_agg(m.namespace) FILTER (WHERE m.ordering_key IS NOT NULL),
+           array_agg(m.ordering_key) FILTER (WHERE m.ordering_key IS NOT NULL),
+           array_agg(m.id ORDER BY m.failed_at, m.id)
+      INTO v_key_ns, v_key_ok, v_matched
+      FROM moved m;
+
+    IF v_key_ok IS NOT NULL THEN
+        PERFORM outbox.settle_keys(v_key_ns, v_key_ok, true);
+    END IF;
+    RETURN QUERY SELECT u.id FROM unnest(v_matched) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+END;
+$$;
+-- +goose StatementEnd
+
+-- Heads that keep failing, for blocked_keys() and stats().
+CREATE INDEX pending_failing_heads ON outbox.pending (failing_since)
+    WHERE ordering_key IS NOT NULL AND NOT behind AND failing_since IS NOT NULL;
+-- A key's dead letters, for replay's notes and the key retention purge.
+CREATE INDEX dead_key ON outbox.dead (namespace, ordering_key, sequence_id) WHERE ordering_key IS NOT NULL;
+-- Idle keys, oldest first, for the key retention purge.
+CREATE INDEX sequences_updated_at ON outbox.sequences (updated_at);
+
+-- +goose StatementBegin
+CREATE FUNCTION outbox.discard(
+    p_message_ids uuid[],
+    p_reason      text,
+    p_operator    text DEFAULT NULL)
+RETURNS TABLE(message_id uuid, discarded_from text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+-- An operator gives up on messages for good: dead letters, and pending
+-- messages no dispatcher holds (unleased, or their lease expired). Each gets
+-- a DISCARDED attempt naming the operator given, the database login and the
+-- reason; a parked key whose dead head is discarded continues with its next
+-- message. A message leased right now is left alone (not returned): try
+-- again when its delivery attempt is over.
+#variable_conflict use_column
+DECLARE
+    v_now    timestamptz := clock_timestamp();
+    v_out    uuid[];
+    v_from   text[];
+    v_key_ns text[];
+    v_key_ok text[];
+BEGIN
+    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+        RAISE EXCEPTION 'outbox.discard: a reason is required; it is kept in the attempts archive' USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_message_ids), 0) = 0 OR cardinality(p_message_ids) > 10000 THEN
+        RAISE EXCEPTION 'outbox.discard: name 1 to 10000 messages, got %', coalesce(cardinality(p_message_ids), 0)
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- The keys' locks first, as everyone who waits for them does.
+    SELECT array_agg(x.namespace), array_agg(x.ordering_key) INTO v_key_ns, v_key_ok
+    FROM (SELECT d.namespace, d.ordering_key FROM outbox.dead d WHERE d.id = ANY (p_message_ids) AND d.ordering_key IS NOT NULL
+          UNION
+          SELECT p.namespace, p.ordering_key FROM outbox.pending p WHERE p.id = ANY (p_message_ids) AND p.ordering_key IS NOT NULL) x;
+    PERFORM outbox.lock_keys(v_key_ns, v_key_ok);
+
+    WITH from_dead AS (
+        DELETE FROM outbox.dead d WHERE d.id = ANY (p_message_ids)
+        RETURNING d.id, d.namespace, d.topic, d.tenant_id, d.dedupe_key, d.ordering_key, d.sequence_id,
+                  d.attempt_count, d.last_error_code, d.last_error, 'dead' AS origin
+    ),
+    from_pending AS (
+        DELETE FROM outbox.pending p
+        WHERE p.id = ANY (p_message_ids) AND (p.lease_token IS NULL OR p.lease_expires_at <= v_now)
+        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                  p.attempt_count, p.last_error_code, p.last_error, 'pending' AS origin
+    ),
+    gone AS (
+        SELECT * FROM from_dead UNION ALL SELECT * FROM from_pending
+    ),
+    audited AS (
+        INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic, tenant_id, dedupe_key,
+                                     ordering_key, sequence_id, error_code, error_message, operator, reason, db_user)
+        SELECT g.id, g.attempt_count, 'DISCARDED', g.namespace, g.topic, g.tenant_id, g.dedupe_key,
+               g.ordering_key, g.sequence_id, g.last_error_code, g.last_error,
+               coalesce(p_operator, session_user), p_reason, session_user
+        FROM gone g
+    )
+    SELECT array_agg(g.id ORDER BY g.id), array_agg(g.origin ORDER BY g.id),
+           array_agg(g.namespace) FILTER (WHERE g.ordering_key IS NOT NULL),
+           array_agg(g.ordering_key) FILTER (WHERE g.ordering_key IS NOT NULL)
+      INTO v_out, v_from, v_key_ns, v_key_ok
+      FROM gone g;
+
+    IF v_key_ok IS NOT NULL THEN
+        PERFORM outbox.settle_keys(v_key_ns, v_key_ok, true);
+    END IF;
+    RETURN QUERY SELECT u.id, u.origin FROM unnest(v_out, v_from) AS u(id, origin);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE FUNCTION outbox.blocked_keys(
+    p_namespace text DEFAULT NULL,
+    p_limit     int DEFAULT 100)
+RETURNS TABLE(namespace text, ordering_key text, state text, since timestamptz, message_id uuid,
+              sequence_id bigint, topic text, attempt_count int, error_code text, error text, waiting bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Keys that cannot move, oldest first: a head that keeps failing
+    -- (retrying, since its first failure), a head leased past its expiry
+    -- (its dispatcher died; since the expiry), a parked key (its dead head
+    -- holds it; since it died), and a key whose head a dispatcher could not
+    -- settle (a producer held it; since then). waiting counts the messages
+    -- queued behind.
+    WITH b AS (
+        SELECT p.namespace, p.ordering_key,
+               CASE WHEN p.lease_token IS NOT NULL THEN 'lease_expired' ELSE 'retrying' END AS state,
+               CASE WHEN p.lease_token IS NOT NULL THEN p.lease_expires_at ELSE p.failing_since END AS since,
+               p.id, p.sequence_id, p.topic, p.attempt_count, p.last_error_code, p.last_error
+        FROM outbox.pending p
+        WHERE p.ordering_key IS NOT NULL AND NOT p.behind
+          AND ((p.lease_token IS NULL AND p.failing_since IS NOT NULL)
+               OR (p.lease_token IS NOT NULL AND p.lease_expires_at <= clock_timestamp()))
+          AND (p_namespace IS NULL OR p.namespace = p_namespace)
+        UNION ALL
+        SELECT d.namespace, d.ordering_key, 'parked', d.failed_at, d.id, d.sequence_id, d.topic,
+               d.attempt_count, d.last_error_code, d.last_error
+        FROM outbox.dead d
+        WHERE d.holds_key AND (p_namespace IS NULL OR d.namespace = p_namespace)
+        UNION ALL
+        SELECT u.namespace, u.ordering_key, 'unsettled', min(u.since), NULL, NULL, NULL, NULL, NULL,
+               'a producer was committing to the key when its head changed; the next claim settles it'
+        FROM outbox.unsettled_keys u
+        WHERE p_namespace IS NULL OR u.namespace = p_namespace
+        GROUP BY u.namespace, u.ordering_key
+    )
+    SELECT b.namespace, b.ordering_key, b.state, b.since, b.id, b.sequence_id, b.topic, b.attempt_count,
+           b.last_error_code, b.last_error,
+           (SELECT count(*) FROM outbox.pending w
+            WHERE w.namespace = b.namespace AND w.ordering_key = b.ordering_key AND w.behind)
+    FROM b
+    ORDER BY b.since, b.namespace, b.ordering_key
+    LIMIT greatest(coalesce(p_limit, 100), 1)
+$$;
+-- +goose StatementEnd
+
+DROP FUNCTION outbox.stats();
+-- +goose StatementBegin
+CREATE FUNCTION outbox.stats()
+RETURNS TABLE(namespace text, topic text, pending bigint, due bigint, leased bigint,
+              expired_leases bigint, oldest_pending_age_seconds double precision, dead bigint,
+              blocked_keys bigint, oldest_blocked_key_age_seconds double precision)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH p AS (
+        SELECT p.namespace, p.topic,
+               count(*) AS pending,
+               count(*) FILTER (WHERE p.lease_token IS NULL AND NOT p.behind AND p.next_attempt_at <= now()) AS due,
+               count(*) FILTER (WHERE p.lease_token IS NOT NULL) AS leased,
+               count(*) FILTER (WHERE p.lease_token IS NOT NULL AND p.lease_expires_at <= clock_timestamp()) AS expired_leases,
+               -- Age since the message became available, so that messages
+               -- scheduled for later do not read as stuck.
+               extract(epoch FROM now() - min(p.available_at) FILTER (WHERE p.available_at <= now()))::double precision AS oldest
+        FROM outbox.pending p
+        GROUP BY p.namespace, p.topic
+    ),
+    d AS (
+        SELECT d.namespace, d.topic, count(*) AS dead
+        FROM outbox.dead d
+        GROUP BY d.namespace, d.topic
+    ),
+    -- Blocked keys count under their head's topic (see blocked_keys()).
+    b AS (
+        SELECT x.namespace, x.topic, count(*) AS blocked,
+               extract(epoch FROM clock_timestamp() - min(x.since))::double precision AS oldest
+        FROM (SELECT p.namespace, p.topic,
+                     CASE WHEN p.lease_token IS NOT NULL THEN p.lease_expires_at ELSE p.failing_since END AS since
+              FROM outbox.pending p
+              WHERE p.ordering_key IS NOT NULL AND NOT p.behind
+                AND ((p.lease_token IS NULL AND p.failing_since IS NOT NULL)
+                     OR (p.lease_token IS NOT NULL AND p.lease_expires_at <= clock_timestamp()))
+              UNION ALL
+              SELECT d.namespace, d.topic, d.failed_at FROM outbox.dead d WHERE d.holds_key) x
+        GROUP BY x.namespace, x.topic
+    ),
+    pairs AS (
+        SELECT p.namespace, p.topic FROM p UNION SELECT d.namespace, d.topic FROM d
+    )
+    SELECT k.namespace, k.topic,
+           coalesce(p.pending, 0), coalesce(p.due, 0), coalesce(p.leased, 0),
+           coalesce(p.expired_leases, 0), coalesce(greatest(p.oldest, 0), 0), coalesce(d.dead, 0),
+           coalesce(b.blocked, 0), coalesce(greatest(b.oldest, 0), 0)
+    FROM pairs k
+    LEFT JOIN p ON p.namespace = k.namespace AND p.topic = k.topic
+    LEFT JOIN d ON d.namespace = k.namespace AND d.topic = k.topic
+    LEFT JOIN b ON b.namespace = k.namespace AND b.topic = k.topic
+    ORDER BY 1, 2
+$$;
+-- +goose StatementEnd
+
+DROP FUNCTION outbox.purge(interval, interval, int);
+-- +goose StatementBegin
+CREATE FUNCTION outbox.purge(
+    p_attempts_older_than interval,
+    p_dedupe_older_than   interval,
+    p_max_rows            int,
+    p_keys_older_than     interval DEFAULT NULL)
+RETURNS TABLE(purged_attempts bigint, purged_dedupe bigint, purged_keys bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_attempts bigint := 0;
+    v_dedupe   bigint := 0;
+    v_keys     bigint := 0;
+    v_floor    bigint;
+BEGIN
+    IF p_max_rows IS NULL OR p_max_rows < 1 OR p_max_rows > 1000000 THEN
+        RAISE EXCEPTION 'outbox.purge: p_max_rows must be between 1 and 1000000, got %', p_max_rows
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_attempts_older_than < interval '0' OR p_dedupe_older_than < interval '0' OR p_keys_older_than < interval '0' THEN
+        RAISE EXCEPTION 'outbox.purge: retention intervals must not be negative' USING ERRCODE = '22023';
+    END IF;
+
+    -- A NULL interval leaves that table alone. The history of a message
+    -- that is still pending or dead is kept whatever its age: it is what an
+    -- operator reads when deciding what to do with it.
+    IF p_attempts_older_than IS NOT NULL THEN
+        PERFORM set_config('outbox.purge_in_progress', 'on', true);
+        DELETE FROM outbox.attempts a
+        WHERE a.id IN (
+            SELECT o.id FROM outbox.attempts o
+            WHERE o.created_at < now() - p_attempts_older_than
+              AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id)
+              AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id)
+            LIMIT p_max_rows);
+        GET DIAGNOSTICS v_attempts = ROW_COUNT;
+        PERFORM set_config('outbox.purge_in_progress', 'off', true);
+    END IF;
+
+    -- A dedupe key outlives its message only by the retention window; while
+    -- the message is still pending or dead, its key stays.
+    IF p_dedupe_older_than IS NOT NULL THEN
+        DELETE FROM outbox.dedupe x
+        USING (
+            SELECT k.namespace, k.topic, k.dedupe_key FROM outbox.dedupe k
+            WHERE k.created_at < now() - p_dedupe_older_than
+              AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = k.message_id)
+              AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = k.message_id)
+            LIMIT p_max_rows) doomed
+        WHERE x.namespace = doomed.namespace AND x.topic = doomed.topic AND x.dedupe_key = doomed.dedupe_key;
+        GET DIAGNOSTICS v_dedupe = ROW_COUNT;
+    END IF;
+
+    -- A key with nothing pending or dead, idle for the retention window,
+    -- loses its bookkeeping (sequence allocator and key row). Its sequence
+    -- ids must never go back if it comes back, so a key is forgotten only
+    -- once outbox.sequence_floor (which new keys start above) covers it, and
+    -- the floor is raised in an earlier pass than the one that forgets: a
+    -- producer that read the old floor has committed or failed by then.
+    IF p_keys_older_than IS NOT NULL THEN
+        SELECT f.last_sequence_id INTO v_floor FROM outbox.sequence_floor f;
+        WITH idle AS (
+            SELECT s.namespace, s.ordering_key, s.last_sequence_id
+            FROM outbox.sequences s
+            WHERE s.updated_at < now() - p_keys_older_than
+              AND NOT EXISTS (SELECT 1 FROM outbox.pending p
+                              WHERE p.namespace = s.namespace AND p.ordering_key = s.ordering_key)
+              AND NOT EXISTS (SELECT 1 FROM outbox.dead d
+                              WHERE d.namespace = s.namespace AND d.ordering_key = s.ordering_key)
+              AND NOT EXISTS (SELECT 1 FROM outbox.unsettled_keys u
+                              WHERE u.namespace = s.namespace AND u.ordering_key = s.ordering_key)
+            ORDER BY s.updated_at
+            LIMIT p_max_rows
+            -- A producer enqueueing to the key right now holds its row.
+            FOR UPDATE OF s SKIP LOCKED
+        ),
+        -- And whoever is settling it right now holds its key row.
+        unlocked AS (
+            SELECT k.namespace, k.ordering_key FROM outbox.keys k JOIN idle i USING (namespace, ordering_key)
+            FOR UPDATE OF k SKIP LOCKED
+        ),
+        forgotten AS (
+            DELETE FROM outbox.sequences s
+            USING idle i
+            WHERE s.namespace = i.namespace AND s.ordering_key = i.ordering_key AND i.last_sequence_id <= v_floor
+              AND (EXISTS (SELECT 1 FROM unlocked u WHERE u.namespace = i.namespace AND u.ordering_key = i.ordering_key)
+                   OR NOT EXISTS (SELECT 1 FROM outbox.keys k WHERE k.namespace = i.namespace AND k.ordering_key = i.ordering_key))
+            RETURNING s.namespace, s.ordering_key
+        ),
+        unkeyed AS (
+            DELETE FROM outbox.keys k USING forgotten f
+            WHERE k.namespace = f.namespace AND k.ordering_key = f.ordering_key
+        ),
+        raised AS (
+            UPDATE outbox.sequence_floor f
+            SET last_sequence_id = (SELECT max(i.last_sequence_id) FROM idle i)
+            WHERE (SELECT max(i.last_sequence_id) FROM idle i) > f.last_sequence_id
+        )
+        SELECT count(*) INTO v_keys FROM forgotten;
+    END IF;
+
+    RETURN QUERY SELECT v_attempts, v_dedupe, v_keys;
+END;
+$$;
+-- +goose StatementEnd
+
+-- Every new function is the state machine's, not the public's.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+REVOKE ALL ON outbox.limits, outbox.sequence_floor, outbox.keys, outbox.unsettled_keys FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    outbox.claim_batch(int, text, int, text[], int, bigint, int),
+    outbox.purge(interval, interval, int, interval),
+    outbox.stats(),
+    outbox.blocked_keys(text, int)
+TO outbox_dispatcher;
+GRANT EXECUTE ON FUNCTION
+    outbox.discard(uuid[], text, text),
+    outbox.stats(),
+    outbox.blocked_keys(text, int)
+TO outbox_operator;
+GRANT EXECUTE ON FUNCTION outbox.stats(), outbox.blocked_keys(text, int) TO outbox_reader;
+GRANT SELECT ON outbox.limits TO outbox_operator, outbox_reader;
+
+-- +goose Down
+-- Back to migration 4: the previous state machine, verbatim from migration 2
+-- (a rollback must restore exactly what ran before), and the tables as they
+-- were. Ordering keys become global again; if two namespaces now hold the
+-- same sequence id of one key, the rollback stops with an error instead of
+-- losing the order.
+DROP TRIGGER sequences_settle_at_commit ON outbox.sequences;
+DROP FUNCTION outbox.sequences_settle_at_commit();
+DROP FUNCTION outbox.discard(uuid[], text, text);
+DROP FUNCTION outbox.blocked_keys(text, int);
+DROP FUNCTION outbox.claim_batch(int, text, int, text[], int, bigint, int);
+DROP FUNCTION outbox.stats();
+DROP FUNCTION outbox.purge(interval, interval, int, interval);
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.enqueue(
+    p_namespace    text,
+    p_topic        text,
+    p_payload      jsonb,
+    p_tenant_id    text DEFAULT NULL,
+    p_dedupe_key   text DEFAULT NULL,
+    p_ordering_key text DEFAULT NULL,
+    p_headers      jsonb DEFAULT '{}',
+    p_trace_header text DEFAULT NULL,
+    p_available_at timestamptz DEFAULT now())
+RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_id        uuid := outbox.uuid_v7();
+    v_seq       bigint;
+    v_available timestamptz := greatest(coalesce(p_available_at, now()), now());
+BEGIN
+    IF p_dedupe_key IS NOT NULL THEN
+        -- Claim the key first: on a conflict nothing at all is written.
+        -- A concurrent enqueue of the same key waits here for the other
+        -- transaction and then sees its row (READ COMMITTED).
+        INSERT INTO outbox.dedupe (namespace, topic, dedupe_key, message_id)
+        VALUES (p_namespace, p_topic, p_dedupe_key, v_id)
+        ON CONFLICT ON CONSTRAINT dedupe_pkey DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN QUERY
+                SELECT d.message_id, d.sequence_id, false
+                FROM outbox.dedupe d
+                WHERE d.namespace = p_namespace AND d.topic = p_topic AND d.dedupe_key = p_dedupe_key;
+            RETURN;
+        END IF;
+    END IF;
+
+    IF p_ordering_key IS NOT NULL THEN
+        -- The row lock on the key's sequence serialises its producers until
+        -- commit, so sequence order is also commit order.
+        INSERT INTO outbox.sequences AS s (ordering_key, last_sequence_id)
+        VALUES (p_ordering_key, 1)
+        ON CONFLICT ON CONSTRAINT sequences_pkey
+            DO UPDATE SET last_sequence_id = s.last_sequence_id + 1, updated_at = now()
+        RETURNING s.last_sequence_id INTO v_seq;
+        IF p_dedupe_key IS NOT NULL THEN
+            UPDATE outbox.dedupe d SET sequence_id = v_seq
+            WHERE d.namespace = p_namespace AND d.topic = p_topic AND d.dedupe_key = p_dedupe_key;
+        END IF;
+    END IF;
+
+    INSERT INTO outbox.pending (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                payload, headers, trace_header, available_at, next_attempt_at)
+    VALUES (v_id, p_namespace, p_topic, p_tenant_id, p_dedupe_key, p_ordering_key, v_seq,
+            p_payload, coalesce(p_headers, '{}'::jsonb), p_trace_header, v_available, v_available);
+
+    RETURN QUERY SELECT v_id, v_seq, true;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.enqueue_batch(
+    p_namespaces    text[],
+    p_topics        text[],
+    p_payloads      text[],
+    p_tenant_ids    text[] DEFAULT NULL,
+    p_dedupe_keys   text[] DEFAULT NULL,
+    p_ordering_keys text[] DEFAULT NULL,
+    p_headers       text[] DEFAULT NULL,
+    p_trace_headers text[] DEFAULT NULL,
+    p_available_at  timestamptz[] DEFAULT NULL)
+RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- A generic plan made while the tables were small would keep scanning
+-- dedupe in full as it grows; plan each statement for the data at hand.
+SET plan_cache_mode = force_custom_plan
+AS $$
+-- The set-based form of enqueue() for many messages at once: the same
+-- results, in input order, for a fraction of the per-row cost. Element i of
+-- every array describes message i; optional arrays may be NULL. Within one
+-- batch the first message with a dedupe key wins it and later ones are
+-- dedupe hits, exactly as with enqueue() called in order. Keys are locked in
+-- sorted order, so concurrent batches sharing keys cannot deadlock.
+#variable_conflict use_column
+DECLARE
+    v_n        int := coalesce(cardinality(p_namespaces), 0);
+    v_now      timestamptz := now();
+    v_ids      uuid[];
+    v_inserted boolean[];
+    v_seqs     bigint[];
+BEGIN
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    IF coalesce(cardinality(p_topics), 0) <> v_n OR coalesce(cardinality(p_payloads), 0) <> v_n
+       OR coalesce(cardinality(p_tenant_ids), v_n) <> v_n OR coalesce(cardinality(p_dedupe_keys), v_n) <> v_n
+       OR coalesce(cardinality(p_ordering_keys), v_n) <> v_n OR coalesce(cardinality(p_headers), v_n) <> v_n
+       OR coalesce(cardinality(p_trace_headers), v_n) <> v_n OR coalesce(cardinality(p_available_at), v_n) <> v_n THEN
+        RAISE EXCEPTION 'outbox.enqueue_batch: every array must have one element per message (% messages)', v_n
+            USING ERRCODE = '22023';
+    END IF;
+
+    v_ids := ARRAY(SELECT outbox.uuid_v7() FROM generate_series(1, v_n));
+
+    -- 1. Claim the dedupe keys, in key order; the lowest position wins a key
+    --    repeated within the batch.
+    IF p_dedupe_keys IS NOT NULL THEN
+        INSERT INTO outbox.dedupe (namespace, topic, dedupe_key, message_id)
+        SELECT e.ns, e.tp, e.dk, e.id
+        FROM unnest(p_namespaces, p_topics, p_dedupe_keys, v_ids) WITH ORDINALITY AS e(ns, tp, dk, id, ord)
+        WHERE e.dk IS NOT NULL
+        ORDER BY e.ns, e.tp, e.dk, e.ord
+        ON CONFLICT ON CONSTRAINT dedupe_pkey DO NOTHING;
+
+        -- A new statement, so a new snapshot: keys that a concurrent
+        -- transaction committed while we waited on them are visible here.
+        v_inserted := ARRAY(
+            SELECT d.message_id IS NULL OR d.message_id = e.id
+            FROM unnest(p_namespaces, p_topics, p_dedupe_keys, v_ids) WITH ORDINALITY AS e(ns, tp, dk, id, ord)
+            LEFT JOIN LATERAL (
+                -- OFFSET 0 keeps this a per-message primary key probe: a
+                -- hash join over the whole table is what stale statistics
+                -- would choose on a table that grows by the batch.
+                SELECT k.message_id FROM outbox.dedupe k
+                WHERE k.namespace = e.ns AND k.topic = e.tp AND k.dedupe_key = e.dk OFFSET 0) d ON true
+            ORDER BY e.ord);
+    ELSE
+        v_inserted := array_fill(true, ARRAY[v_n]);
+    END IF;
+
+    -- 2. Sequence ids for the inserted messages with an ordering key: each
+    --    key's allocator moves once by its count, in key order.
+    IF p_ordering_keys IS NOT NULL THEN
+        WITH e AS (
+            SELECT x.ok, x.ord, row_number() OVER (PARTITION BY x.ok ORDER BY x.ord) AS rank
+            FROM unnest(p_ordering_keys, v_inserted) WITH ORDINALITY AS x(ok, ins, ord)
+            WHERE x.ok IS NOT NULL AND x.ins
+        ),
+        counts AS (
+            SELECT e.ok, count(*) AS n FROM e GROUP BY e.ok
+        ),
+        bumped AS (
+            INSERT INTO outbox.sequences AS s (ordering_key, last_sequence_id)
+            SELECT c.ok, c.n FROM counts c ORDER BY c.ok
+            ON CONFLICT ON CONSTRAINT sequences_pkey
+                DO UPDATE SET last_sequence_id = s.last_sequence_id + excluded.last_sequence_id, updated_at = now()
+            RETURNING s.ordering_key, s.last_sequence_id
+        )
+        SELECT array_agg(CASE WHEN e.ok IS NULL THEN NULL ELSE b.last_sequence_id - c.n + e.rank END ORDER BY g.ord)
+        INTO v_seqs
+        FROM generate_series(1, v_n) AS g(ord)
+        LEFT JOIN e ON e.ord = g.ord
+        LEFT JOIN counts c ON c.ok = e.ok
+        LEFT JOIN bumped b ON b.ordering_key = e.ok;
+
+        IF p_dedupe_keys IS NOT NULL THEN
+            UPDATE outbox.dedupe d SET sequence_id = x.seq
+            FROM unnest(p_namespaces, p_topics, p_dedupe_keys, v_seqs, v_inserted) AS x(ns, tp, dk, seq, ins)
+            WHERE x.ins AND x.dk IS NOT NULL AND x.seq IS NOT NULL
+              AND (d.namespace, d.topic, d.dedupe_key) = (x.ns, x.tp, x.dk);
+        END IF;
+    END IF;
+
+    -- 3. The messages themselves.
+    INSERT INTO outbox.pending (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                payload, headers, trace_header, available_at, next_attempt_at)
+    SELECT x.id, x.ns, x.tp, x.tenant, x.dk, x.ok, x.seq, x.payload::jsonb, coalesce(x.headers::jsonb, '{}'::jsonb),
+           x.trace, greatest(coalesce(x.at, v_now), v_now), greatest(coalesce(x.at, v_now), v_now)
+    FROM unnest(v_ids, p_namespaces, p_topics, p_tenant_ids, p_dedupe_keys, p_ordering_keys, v_seqs,
+                p_payloads, p_headers, p_trace_headers, p_available_at, v_inserted)
+         AS x(id, ns, tp, tenant, dk, ok, seq, payload, headers, trace, at, ins)
+    WHERE x.ins;
+
+    -- 4. One row per message, in order; a dedupe hit answers with the
+    --    message that holds the key.
+    RETURN QUERY
+    SELECT CASE WHEN x.ins THEN x.id ELSE d.message_id END,
+           CASE WHEN x.ins THEN x.seq ELSE d.sequence_id END,
+           x.ins
+    FROM unnest(v_ids, p_namespaces, p_topics, p_dedupe_keys, v_seqs, v_inserted) WITH ORDINALITY
+         AS x(id, ns, tp, dk, seq, ins, ord)
+    LEFT JOIN LATERAL (
+        SELECT k.message_id, k.sequence_id FROM outbox.dedupe k
+        WHERE NOT x.ins AND k.namespace = x.ns AND k.topic = x.tp AND k.dedupe_key = x.dk OFFSET 0) d ON true
+    ORDER BY x.ord;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE FUNCTION outbox.claim_batch(
+    p_batch_size    int,
+    p_worker_id     text,
+    p_lease_seconds int,
+    p_namespaces    text[] DEFAULT NULL)
+RETURNS TABLE(id uuid, namespace text, topic text, tenant_id text, dedupe_key text,
+              ordering_key text, sequence_id bigint, payload jsonb, headers jsonb,
+              trace_header text, attempt_count int, lease_token uuid,
+              lease_expires_at timestamptz, created_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- A generic plan cannot see the LIMIT and falls back to a sequential scan
+-- and sort; a custom plan walks pending_claimable in order and stops.
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_batch_size must be between 1 and 10000, got %', p_batch_size
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_worker_id must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF p_lease_seconds IS NULL OR p_lease_seconds < 1 THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_lease_seconds must be at least 1, got %', p_lease_seconds
+            USING ERRCODE = '22023';
+    END IF;
+
+    RETURN QUERY
+    WITH candidate AS (
+        SELECT p.id
+        FROM outbox.pending p
+        WHERE p.lease_token IS NULL
+          AND p.next_attempt_at <= now()
+          AND (p_namespaces IS NULL OR p.namespace = ANY (p_namespaces))
+          -- Only the head of an ordering key (its lowest sequence_id still
+          -- pending, leased or not) may be claimed.
+          AND (p.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM outbox.pending head
+                WHERE head.ordering_key = p.ordering_key
+                  AND head.sequence_id < p.sequence_id))
+        ORDER BY p.next_attempt_at, p.id
+        LIMIT p_batch_size
+        FOR UPDATE OF p SKIP LOCKED
+    )
+    UPDATE outbox.pending p
+    SET claimed_by       = p_worker_id,
+        lease_token      = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => p_lease_seconds),
+        attempt_count    = p.attempt_count + 1
+    FROM candidate c
+    WHERE p.id = c.id
+    RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+              p.payload, p.headers, p.trace_header, p.attempt_count, p.lease_token,
+              p.lease_expires_at, p.created_at;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.complete_batch(
+    p_worker_id    text,
+    p_results      jsonb,
+    p_max_attempts int DEFAULT 100)
+RETURNS TABLE(id uuid, status text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_total    int;
+    v_distinct int;
+    v_invalid  int;
+BEGIN
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'outbox.complete_batch: p_worker_id must not be empty' USING ERRCODE = 'P7003';
+    END IF;
+    IF jsonb_typeof(p_results) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'outbox.complete_batch: p_results must be a JSON array of results' USING ERRCODE = 'P7003';
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'outbox.complete_batch: p_max_attempts must be at least 1' USING ERRCODE = '22023';
+    END IF;
+
+    -- Validate the whole document before writing anything: a malformed
+    -- completion is a bug in the caller and must not half-apply. This block
+    -- only reads, so its subtransaction never takes a transaction id.
+    BEGIN
+        SELECT count(*),
+               count(DISTINCT r.id),
+               count(*) FILTER (WHERE r.id IS NULL OR r.lease_token IS NULL OR r.outcome IS NULL
+                                   OR r.outcome NOT IN ('DISPATCHED', 'RETRYABLE', 'FAILED'))
+          INTO v_total, v_distinct, v_invalid
+          FROM jsonb_to_recordset(p_results) AS r(id uuid, lease_token uuid, outcome text,
+                                                  latency_ms int, retry_at timestamptz);
+    EXCEPTION WHEN invalid_text_representation OR invalid_parameter_value OR datatype_mismatch
+                OR invalid_datetime_format OR datetime_field_overflow OR numeric_value_out_of_range THEN
+        RAISE EXCEPTION 'outbox.complete_batch: malformed result document: %', SQLERRM USING ERRCODE = 'P7003';
+    END;
+    IF v_invalid > 0 THEN
+        RAISE EXCEPTION 'outbox.complete_batch: % result(s) without id, lease_token or a valid outcome (DISPATCHED, RETRYABLE, FAILED)', v_invalid
+            USING ERRCODE = 'P7003';
+    END IF;
+    IF v_distinct <> v_total THEN
+        RAISE EXCEPTION 'outbox.complete_batch: a message id appears more than once in one batch' USING ERRCODE = 'P7003';
+    END IF;
+
+    -- The DELETE and the UPDATE are the fence: each touches only rows still
+    -- leased to this worker under the result's token and not yet expired.
+    -- A row that a reaper or another worker changed meanwhile fails the
+    -- re-check PostgreSQL makes after waiting for its lock, and is left
+    -- alone; it reports lease_lost.
+    RETURN QUERY
+    WITH r AS (
+        SELECT *
+        FROM ROWS FROM (jsonb_to_recordset(p_results) AS (
+                 id uuid, lease_token uuid, outcome text, error_code text, error_message text,
+                 target text, target_ref text, latency_ms int, retry_at timestamptz))
+             WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
+                                  target, target_ref, latency_ms, retry_at, ord)
+    ),
+    -- DISPATCHED and FAILED leave pending; so does a RETRYABLE outcome at
+    -- the attempt ceiling, which becomes FAILED.
+    removed AS (
+        DELETE FROM outbox.pending p
+        USING r
+        WHERE p.id = r.id
+          AND p.lease_token = r.lease_token
+          AND p.claimed_by = p_worker_id
+          AND p.lease_expires_at > now()
+          AND (r.outcome <> 'RETRYABLE' OR p.attempt_count >= p_max_attempts)
+        -- A delivered row's payload is not needed past this point: carrying
+        -- it through the CTEs costs more than the delete itself.
+        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                  CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.payload END AS payload,
+                  CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.headers END AS headers,
+                  p.trace_header, p.attempt_count, p.available_at, p.created_at,
+                  r.outcome AS requested,
+                  CASE WHEN r.outcome = 'DISPATCHED' THEN 'DISPATCHED' ELSE 'FAILED' END AS outcome,
+                  r.error_code, left(r.error_message, 4096) AS error_message, r.target, r.target_ref, r.latency_ms
+    ),
+    rescheduled AS (
+        UPDATE outbox.pending p
+        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            next_attempt_at = greatest(coalesce(r.retry_at, now()), now()),
+            last_error_code = r.error_code,
+            last_error = left(r.error_message, 4096)
+        FROM r
+        WHERE p.id = r.id
+          AND p.lease_token = r.lease_token
+          AND p.claimed_by = p_worker_id
+          AND p.lease_expires_at > now()
+          AND r.outcome = 'RETRYABLE' AND p.attempt_count < p_max_attempts
+        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                  p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
+                  r.target, r.target_ref, r.latency_ms
+    ),
+    buried AS (
+        INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                 payload, headers, trace_header, attempt_count, available_at, created_at,
+                                 last_error_code, last_error, failed_by)
+        SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
+               x.payload, x.headers, x.trace_header, x.attempt_count, x.available_at, x.created_at,
+               x.error_code, x.error_message, p_worker_id
+        FROM removed x
+        WHERE x.outcome = 'FAILED'
+    ),
+    archived AS (
+        INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                     dedupe_key, ordering_key, sequence_id, target, target_ref,
+                                     error_code, error_message, latency_ms)
+        SELECT x.id, x.attempt_count, x.outcome, p_worker_id, x.namespace, x.topic, x.tenant_id,
+               x.dedupe_key, x.ordering_key, x.sequence_id, x.target, x.target_ref,
+               x.error_code, x.error_message, x.latency_ms
+        FROM removed x
+        UNION ALL
+        SELECT q.id, q.attempt_count, 'RETRYABLE', p_worker_id, q.namespace, q.topic, q.tenant_id,
+               q.dedupe_key, q.ordering_key, q.sequence_id, q.target, q.target_ref,
+               q.error_code, q.error_message, q.latency_ms
+        FROM rescheduled q
+    ),
+    done AS (
+        SELECT x.id, CASE WHEN x.requested = 'RETRYABLE' THEN 'dead' ELSE 'ok' END AS status FROM removed x
+        UNION ALL
+        SELECT q.id, 'ok' FROM rescheduled q
+    )
+    SELECT r.id, coalesce(d.status, 'lease_lost')
+    FROM r
+    LEFT JOIN done d ON d.id = r.id
+    ORDER BY r.ord;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.repair_expired_leases(
+    p_batch_size   int,
+    p_worker_id    text,
+    p_max_attempts int DEFAULT 100)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_repaired integer;
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 100000 THEN
+        RAISE EXCEPTION 'outbox.repair_expired_leases: p_batch_size must be between 1 and 100000, got %', p_batch_size
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'outbox.repair_expired_leases: p_worker_id must not be empty' USING ERRCODE = '22023';
+    END IF;
+
+    WITH expired AS (
+        SELECT p.id, p.claimed_by AS held_by
+        FROM outbox.pending p
+        WHERE p.lease_token IS NOT NULL
+          AND p.lease_expires_at <= now()
+        ORDER BY p.lease_expires_at
+        LIMIT p_batch_size
+        FOR UPDATE OF p SKIP LOCKED
+    ),
+    requeued AS (
+        UPDATE outbox.pending p
+        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            next_attempt_at = now(),
+            last_error_code = 'LEASE_EXPIRED',
+            last_error = 'lease held by ' || e.held_by || ' expired before completion'
+        FROM expired e
+        WHERE p.id = e.id AND p.attempt_count < p_max_attempts
+        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                  p.attempt_count, e.held_by
+    ),
+    -- A message whose every attempt ends in a crash (it kills the
+    -- dispatcher, or outlives the lease) must not loop for ever.
+    removed AS (
+        DELETE FROM outbox.pending p
+        USING expired e
+        WHERE p.id = e.id AND p.attempt_count >= p_max_attempts
+        RETURNING p.*, e.held_by
+    ),
+    buried AS (
+        INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                 payload, headers, trace_header, attempt_count, available_at, created_at,
+                                 last_error_code, last_error, failed_by)
+        SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
+               x.payload, x.headers, x.trace_header, x.attempt_count, x.available_at, x.created_at,
+               'LEASE_EXPIRED',
+               'lease held by ' || x.held_by || ' expired on attempt ' || x.attempt_count
+                   || ', the attempt ceiling; moved to dead',
+               p_worker_id
+        FROM removed x
+    ),
+    archived AS (
+        INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                     dedupe_key, ordering_key, sequence_id, error_code, error_message)
+        SELECT q.id, q.attempt_count, 'ZOMBIE_REQUEUE', p_worker_id, q.namespace, q.topic, q.tenant_id,
+               q.dedupe_key, q.ordering_key, q.sequence_id, 'LEASE_EXPIRED',
+               'lease held by ' || q.held_by || ' expired before completion'
+        FROM requeued q
+        UNION ALL
+        SELECT x.id, x.attempt_count, 'FAILED', p_worker_id, x.namespace, x.topic, x.tenant_id,
+               x.dedupe_key, x.ordering_key, x.sequence_id, 'LEASE_EXPIRED',
+               'lease held by ' || x.held_by || ' expired on attempt ' || x.attempt_count
+                   || ', the attempt ceiling; moved to dead'
+        FROM removed x
+    )
+    SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM removed) INTO v_repaired;
+    RETURN v_repaired;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION outbox.replay_dead(
+    p_message_ids   uuid[] DEFAULT NULL,
+    p_namespace     text DEFAULT NULL,
+    p_topic         text DEFAULT NULL,
+    p_error_code    text DEFAULT NULL,
+    p_failed_after  timestamptz DEFAULT NULL,
+    p_failed_before timestamptz DEFAULT NULL,
+    p_max_rows      int DEFAULT 100,
+    p_dry_run       boolean DEFAULT true,
+    p_operator      text DEFAULT NULL,
+    p_reason        text DEFAULT NULL)
+RETURNS TABLE(message_id uuid)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_matched uuid[];
+BEGIN
+    IF p_max_rows IS NULL OR p_max_rows < 1 OR p_max_rows > 10000 THEN
+        RAISE EXCEPTION 'outbox.replay_dead: p_max_rows must be between 1 and 10000, got %', p_max_rows
+            USING ERRCODE = '22023';
+    END IF;
+
+    v_matched := ARRAY(
+        SELECT d.id
+        FROM outbox.dead d
+        WHERE (p_message_ids IS NULL OR d.id = ANY (p_message_ids))
+          AND (p_namespace IS NULL OR d.namespace = p_namespace)
+          AND (p_topic IS NULL OR d.topic = p_topic)
+          AND (p_error_code IS NULL OR d.last_error_code = p_error_code)
+          AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+          AND (p_failed_before IS NULL OR d.failed_at < p_failed_before)
+        ORDER BY d.failed_at, d.id
+        LIMIT p_max_rows);
+
+    IF coalesce(p_dry_run, true) THEN
+        RETURN QUERY SELECT u.id FROM unnest(v_matched) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH picked AS (
+        -- A concurrent replay of the same rows moves each of them once.
+        SELECT d.id FROM outbox.dead d WHERE d.id = ANY (v_matched) FOR UPDATE SKIP LOCKED
+    ),
+    moved AS (
+        DELETE FROM outbox.dead d USING picked WHERE d.id = picked.id RETURNING d.*
+    ),
+    requeued AS (
+        INSERT INTO outbox.pending (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                    payload, headers, trace_header, attempt_count, available_at,
+                                    next_attempt_at, created_at, last_error_code, last_error)
+        SELECT m.id, m.namespace, m.topic, m.tenant_id, m.dedupe_key, m.ordering_key, m.sequence_id,
+               m.payload, m.headers, m.trace_header, 0, now(), now(), m.created_at,
+               m.last_error_code, m.last_error
+        FROM moved m
+    ),
+    audited AS (
+        INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic, tenant_id, dedupe_key,
+                                     ordering_key, sequence_id, error_code, error_message, operator, reason)
+        SELECT m.id, m.attempt_count, 'REPLAYED', m.namespace, m.topic, m.tenant_id, m.dedupe_key,
+               m.ordering_key, m.sequence_id, m.last_error_code, m.last_error,
+               coalesce(p_operator, session_user), p_reason
+        FROM moved m
+    )
+    SELECT m.id FROM moved m ORDER BY m.failed_at, m.id;
+END;
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE FUNCTION outbox.stats()
+RETURNS TABLE(namespace text, topic text, pending bigint, due bigint, leased bigint,
+              expired_leases bigint, oldest_pending_age_seconds double precision, dead bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH p AS (
+        SELECT p.namespace, p.topic,
+               count(*) AS pending,
+               count(*) FILTER (WHERE p.lease_token IS NULL AND p.next_attempt_at <= now()) AS due,
+               count(*) FILTER (WHERE p.lease_token IS NOT NULL) AS leased,
+               count(*) FILTER (WHERE p.lease_token IS NOT NULL AND p.lease_expires_at <= now()) AS expired_leases,
+               -- Age since the message became available, so that messages
+               -- scheduled for later do not read as stuck.
+               extract(epoch FROM now() - min(p.available_at) FILTER (WHERE p.available_at <= now()))::double precision AS oldest
+        FROM outbox.pending p
+        GROUP BY p.namespace, p.topic
+    ),
+    d AS (
+        SELECT d.namespace, d.topic, count(*) AS dead
+        FROM outbox.dead d
+        GROUP BY d.namespace, d.topic
+    )
+    SELECT coalesce(p.namespace, d.namespace), coalesce(p.topic, d.topic),
+           coalesce(p.pending, 0), coalesce(p.due, 0), coalesce(p.leased, 0),
+           coalesce(p.expired_leases, 0), coalesce(greatest(p.oldest, 0), 0), coalesce(d.dead, 0)
+    FROM p
+    FULL JOIN d ON d.namespace = p.namespace AND d.topic = p.topic
+    ORDER BY 1, 2
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE FUNCTION outbox.purge(
+    p_attempts_older_than interval,
+    p_dedupe_older_than   interval,
+    p_max_rows            int)
+RETURNS TABLE(purged_attempts bigint, purged_dedupe bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_attempts bigint := 0;
+    v_dedupe   bigint := 0;
+BEGIN
+    IF p_max_rows IS NULL OR p_max_rows < 1 OR p_max_rows > 1000000 THEN
+        RAISE EXCEPTION 'outbox.purge: p_max_rows must be between 1 and 1000000, got %', p_max_rows
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_attempts_older_than < interval '0' OR p_dedupe_older_than < interval '0' THEN
+        RAISE EXCEPTION 'outbox.purge: retention intervals must not be negative' USING ERRCODE = '22023';
+    END IF;
+
+    -- A NULL interval leaves that table alone. The history of a message
+    -- that is still pending or dead is kept whatever its age: it is what an
+    -- operator reads when deciding what to do with it.
+    IF p_attempts_older_than IS NOT NULL THEN
+        PERFORM set_config('outbox.purge_in_progress', 'on', true);
+        DELETE FROM outbox.attempts a
+        WHERE a.id IN (
+            SELECT o.id FROM outbox.attempts o
+            WHERE o.created_at < now() - p_attempts_older_than
+              AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id)
+              AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id)
+            LIMIT p_max_rows);
+        GET DIAGNOSTICS v_attempts = ROW_COUNT;
+        PERFORM set_config('outbox.purge_in_progress', 'off', true);
+    END IF;
+
+    -- A dedupe key outlives its message only by the retention window; while
+    -- the message is still pending or dead, its key stays.
+    IF p_dedupe_older_than IS NOT NULL THEN
+        DELETE FROM outbox.dedupe x
+        USING (
+            SELECT k.namespace, k.topic, k.dedupe_key FROM outbox.dedupe k
+            WHERE k.created_at < now() - p_dedupe_older_than
+              AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = k.message_id)
+              AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = k.message_id)
+            LIMIT p_max_rows) doomed
+        WHERE x.namespace = doomed.namespace AND x.topic = doomed.topic AND x.dedupe_key = doomed.dedupe_key;
+        GET DIAGNOSTICS v_dedupe = ROW_COUNT;
+    END IF;
+
+    RETURN QUERY SELECT v_attempts, v_dedupe;
+END;
+$$;
+-- +goose StatementEnd
+DROP FUNCTION outbox.enqueue_rows(text, text[], text[], text[], text[], text[], text[], text[], text[], timestamptz[]);
+DROP FUNCTION outbox.settle_unsettled(int);
+DROP FUNCTION outbox.settle_keys(text[], text[], boolean);
+DROP FUNCTION outbox.lock_keys(text[], text[]);
+
+DROP INDEX outbox.pending_failing_heads;
+DROP INDEX outbox.dead_key;
+DROP INDEX outbox.dead_key_holder;
+DROP INDEX outbox.pending_key_head;
+DROP INDEX outbox.pending_claimable;
+DROP INDEX outbox.pending_key_sequence;
+-- +goose StatementBegin
+DO $$
+BEGIN
+    CREATE UNIQUE INDEX pending_ordering_key_sequence ON outbox.pending (ordering_key, sequence_id) WHERE ordering_key IS NOT NULL;
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'cannot roll back migration 5: two namespaces hold the same sequence id of one ordering key, which a global key cannot order'
+        USING ERRCODE = '55000', HINT = 'Deliver or discard the messages of one of them first.';
+END;
+$$;
+-- +goose StatementEnd
+CREATE INDEX pending_claimable ON outbox.pending (next_attempt_at, id) WHERE lease_token IS NULL;
+
+CREATE TABLE outbox.sequences_global (
+    ordering_key     text        PRIMARY KEY,
+    last_sequence_id bigint      NOT NULL,
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO outbox.sequences_global (ordering_key, last_sequence_id, updated_at)
+SELECT s.ordering_key, max(s.last_sequence_id), max(s.updated_at) FROM outbox.sequences s GROUP BY s.ordering_key;
+DROP TABLE outbox.sequences;
+ALTER TABLE outbox.sequences_global RENAME TO sequences;
+ALTER TABLE outbox.sequences RENAME CONSTRAINT sequences_global_pkey TO sequences_pkey;
+COMMENT ON TABLE outbox.sequences IS 'Per ordering key sequence allocator; the row lock serialises producers of one key.';
+DROP TABLE outbox.sequence_floor;
+DROP TABLE outbox.keys;
+DROP TABLE outbox.unsettled_keys;
+DROP TABLE outbox.limits;
+
+ALTER TABLE outbox.attempts
+    DROP COLUMN db_user,
+    DROP COLUMN note,
+    DROP CONSTRAINT attempts_state_valid,
+    -- DISCARDED rows stay in the archive; only new rows are checked.
+    ADD CONSTRAINT attempts_state_valid CHECK (state IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'ZOMBIE_REQUEUE', 'REPLAYED')) NOT VALID;
+ALTER TABLE outbox.dead DROP COLUMN holds_key, DROP COLUMN payload_bytes;
+ALTER TABLE outbox.pending DROP COLUMN behind, DROP COLUMN payload_bytes, DROP COLUMN failing_since, DROP COLUMN park_on_dead;
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    outbox.claim_batch(int, text, int, text[]),
+    outbox.purge(interval, interval, int),
+    outbox.stats()
+TO outbox_dispatcher;
+GRANT EXECUTE ON FUNCTION outbox.stats() TO outbox_operator, outbox_reader;

@@ -1,0 +1,573 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/pgtest"
+)
+
+func ordered(namespace, key string) func(i int) outbox.Message {
+	return func(i int) outbox.Message {
+		m := plain(i)
+		m.Namespace, m.OrderingKey = namespace, key
+		return m
+	}
+}
+
+// byKey groups claimed messages by ordering key ("" for unordered), in the
+// order the claim returned them.
+func byKey(msgs []lease.Message) map[string][]lease.Message {
+	out := map[string][]lease.Message{}
+	for _, m := range msgs {
+		out[m.OrderingKey] = append(out[m.OrderingKey], m)
+	}
+	return out
+}
+
+func sequences(msgs []lease.Message) []int64 {
+	out := make([]int64, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.SequenceID
+	}
+	return out
+}
+
+func claimRun(t *testing.T, store *lease.Store, worker string, batch, run int) []lease.Message {
+	t.Helper()
+	msgs, err := store.ClaimBatch(context.Background(), lease.ClaimParams{WorkerID: worker, BatchSize: batch, MaxRun: run, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+// A claim hands out a run per key, in sequence order, the key's head
+// first; while it is leased no other claim gets anything of the key; a run
+// that fails at its k-th message keeps 1..k-1 delivered, k retrying and the
+// rest released untouched, so the next claim starts again at k.
+func TestClaimHandsOutOrderedRuns(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	for _, key := range []string{"acct-1", "acct-2", "acct-3"} {
+		enqueue(t, db.Pool, 20, ordered("payments", key))
+	}
+	enqueue(t, db.Pool, 5, plain)
+
+	first := claimRun(t, store, "w1", 100, 10)
+	groups := byKey(first)
+	if len(first) != 35 || len(groups[""]) != 5 {
+		t.Fatalf("claimed %d messages (%d unordered), want 3 runs of 10 and the 5 unordered", len(first), len(groups[""]))
+	}
+	for _, key := range []string{"acct-1", "acct-2", "acct-3"} {
+		if got := sequences(groups[key]); !slices.Equal(got, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+			t.Fatalf("%s: run %v, want sequences 1-10 in order", key, got)
+		}
+	}
+	// The runs of one key are contiguous in the claim's answer.
+	seen := map[string]bool{}
+	for i, m := range first {
+		if m.OrderingKey != "" && seen[m.OrderingKey] && first[i-1].OrderingKey != m.OrderingKey {
+			t.Fatalf("the run of %s is split in the claim's answer", m.OrderingKey)
+		}
+		seen[m.OrderingKey] = true
+	}
+	if more := claimRun(t, store, "w2", 100, 10); len(more) != 0 {
+		t.Fatalf("a second claim got %d messages (sequence %d of %s) while the keys are in flight", len(more), more[0].SequenceID, more[0].OrderingKey)
+	}
+
+	// acct-1's run fails at its 4th message.
+	var results []lease.Result
+	for _, m := range first {
+		r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched}
+		if m.OrderingKey == "acct-1" {
+			switch {
+			case m.SequenceID == 4:
+				r = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Retryable, ErrorCode: "TARGET_5XX"}
+			case m.SequenceID > 4:
+				r = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Released}
+			}
+		}
+		results = append(results, r)
+	}
+	if _, err := store.CompleteBatch(ctx, "w1", results); err != nil {
+		t.Fatal(err)
+	}
+	var released []uuid.UUID
+	for _, m := range groups["acct-1"][4:] {
+		released = append(released, m.ID)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE message_id = ANY ($1)`, released); n != 0 {
+		t.Errorf("released messages have %d archived outcomes, want none", n)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.pending WHERE id = ANY ($1) AND attempt_count = 0 AND lease_token IS NULL`, released); n != len(released) {
+		t.Errorf("%d of %d released messages are unleased with no attempt charged", n, len(released))
+	}
+
+	next := claimRun(t, store, "w2", 100, 10)
+	groups = byKey(next)
+	if got := sequences(groups["acct-1"]); !slices.Equal(got, []int64{4, 5, 6, 7, 8, 9, 10, 11, 12, 13}) {
+		t.Fatalf("acct-1 after a failure at 4: run %v, want 4-13", got)
+	}
+	if got := sequences(groups["acct-2"]); !slices.Equal(got, []int64{11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
+		t.Fatalf("acct-2's next run %v, want 11-20", got)
+	}
+	if groups["acct-1"][0].Attempt != 2 || groups["acct-1"][1].Attempt != 1 {
+		t.Errorf("attempts of 4 and 5: %d and %d, want 2 and 1", groups["acct-1"][0].Attempt, groups["acct-1"][1].Attempt)
+	}
+}
+
+// A run stops before a message that is not due (delayed by its producer):
+// nothing behind it overtakes it.
+func TestRunStopsAtAMessageNotDue(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 6, func(i int) outbox.Message {
+		m := ordered("payments", "acct-9")(i)
+		if i == 3 {
+			m.AvailableAt = time.Now().Add(time.Hour)
+		}
+		return m
+	})
+	got := sequences(claimRun(t, store, "w", 100, 10))
+	if !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("run %v, want 1-3 (4 is not due)", got)
+	}
+}
+
+// The claim's cost does not grow with a stuck key's backlog: with 200,000
+// messages queued behind a head scheduled far ahead, a claim of other work
+// reads only what it takes. Measured as index tuples the claim reads, not
+// as time.
+func TestStuckKeyCostsTheClaimNothing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	// The backlog, written directly (as 200,000 enqueues would leave it)
+	// to keep the test fast: a head due in a year and the key's messages
+	// behind it, all of them due.
+	if _, err := db.Pool.Exec(ctx, `
+		INSERT INTO outbox.pending (id, namespace, topic, ordering_key, sequence_id, payload, payload_bytes,
+		                            behind, available_at, next_attempt_at)
+		SELECT outbox.uuid_v7(), 'payments', 'captured', 'acct-stuck', g, '{"n":1}', 7, g > 1,
+		       CASE WHEN g = 1 THEN now() + interval '1 year' ELSE now() END,
+		       CASE WHEN g = 1 THEN now() + interval '1 year' ELSE now() END
+		FROM generate_series(1, 200000) g;
+		INSERT INTO outbox.sequences (namespace, ordering_key, last_sequence_id) VALUES ('payments', 'acct-stuck', 200000);
+		INSERT INTO outbox.keys (namespace, ordering_key) VALUES ('payments', 'acct-stuck');
+		ANALYZE outbox.pending;`); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, db.Pool, 100, plain)
+
+	// Index tuples read from outbox.pending's indexes by one claim, from
+	// the cumulative statistics (flushed by the claiming session).
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	read := func() int64 {
+		t.Helper()
+		var n int64
+		if _, err := db.Pool.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Pool.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
+			WHERE schemaname = 'outbox' AND relname = 'pending'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	flush := func() {
+		t.Helper()
+		if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		// The flush happens when the session goes idle; wait until it shows.
+		time.Sleep(50 * time.Millisecond)
+	}
+	flush()
+	before := read()
+	got, err := lease.NewStore(conn).ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 100, MaxRun: 100, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	delta := read() - before
+	if len(got) != 100 {
+		t.Fatalf("claimed %d, want the 100 unordered messages", len(got))
+	}
+	for _, m := range got {
+		if m.OrderingKey != "" {
+			t.Fatalf("claimed sequence %d of the stuck key", m.SequenceID)
+		}
+	}
+	// The 100 rows taken, the primary key lookups of the update, and the
+	// unsettled-keys probe; nothing of the 200,000.
+	if delta > 1000 {
+		t.Fatalf("the claim read %d index tuples of outbox.pending for 100 messages: it waded through the stuck key's backlog", delta)
+	}
+	t.Logf("one claim of 100 read %d index tuples beside a stuck key with 200,000 queued", delta)
+	_ = store
+}
+
+// A key's dead message replayed while a later message of the key is in
+// flight waits for it: two claims are never in flight on one key, and the
+// replayed message is delivered as the key's next one, its REPLAYED outcome
+// saying it is out of sequence.
+func TestReplayWaitsForTheKeysHeadInFlight(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 3, ordered("payments", "acct-1"))
+
+	one := claimRun(t, store, "w1", 10, 1)
+	if _, err := store.CompleteBatch(ctx, "w1", []lease.Result{{ID: one[0].ID, LeaseToken: one[0].LeaseToken, Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", OnDead: lease.OnDeadSkip}}); err != nil {
+		t.Fatal(err)
+	}
+	two := claimRun(t, store, "w1", 10, 1)
+	if len(two) != 1 || two[0].SequenceID != 2 {
+		t.Fatalf("after 1 died (skip): %v, want 2", sequences(two))
+	}
+	if _, err := store.ReplayDead(ctx, lease.ReplayRequest{MessageIDs: []uuid.UUID{one[0].ID}, Limit: 10, Reason: "fixed"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimRun(t, store, "w2", 10, 10); len(got) != 0 {
+		t.Fatalf("claimed sequence %d while sequence 2 of the key is in flight", got[0].SequenceID)
+	}
+	if n := count(t, db.Pool, `SELECT count(DISTINCT lease_token) FROM outbox.pending WHERE ordering_key = 'acct-1' AND lease_token IS NOT NULL`); n > 1 {
+		t.Fatalf("%d claims in flight on one key", n)
+	}
+	if _, err := store.CompleteBatch(ctx, "w1", dispatched(two)); err != nil {
+		t.Fatal(err)
+	}
+	next := claimRun(t, store, "w2", 10, 10)
+	if got := sequences(next); !slices.Equal(got, []int64{1, 3}) {
+		t.Fatalf("after 2 was delivered: %v, want the replayed 1, then 3", got)
+	}
+	hist, err := store.MessageAttempts(ctx, one[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed := hist[len(hist)-1]
+	if replayed.State != "REPLAYED" || !strings.Contains(replayed.Note, "out of sequence") || replayed.DBUser == "" {
+		t.Fatalf("REPLAYED outcome %+v, want a note that it is out of sequence and the database login", replayed)
+	}
+}
+
+// on_dead = park: a dead head holds its key; replaying it releases the key
+// in order (it goes first); discarding it (with a reason, audited) lets
+// the next message go.
+func TestParkHoldsTheKeyUntilReplayOrDiscard(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 4, ordered("payments", "acct-7"))
+
+	die := func(m lease.Message) {
+		t.Helper()
+		if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Failed,
+			ErrorCode: "TARGET_REJECTED", ErrorMessage: "refused", OnDead: lease.OnDeadPark}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := claimRun(t, store, "w", 10, 1)
+	die(head[0])
+	if got := claimRun(t, store, "w", 10, 10); len(got) != 0 {
+		t.Fatalf("claimed sequence %d of a parked key", got[0].SequenceID)
+	}
+	blocked, err := store.BlockedKeys(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocked) != 1 || blocked[0].State != lease.BlockedParked || blocked[0].MessageID != head[0].ID || blocked[0].Waiting != 3 {
+		t.Fatalf("blocked keys %+v, want acct-7 parked on sequence 1 with 3 waiting", blocked)
+	}
+	stats, err := store.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats[0].BlockedKeys != 1 || stats[0].Due != 0 {
+		t.Fatalf("stats %+v, want one blocked key and nothing due", stats[0])
+	}
+
+	// Replayed, the dead head goes first and the key continues in order.
+	if _, err := store.ReplayDead(ctx, lease.ReplayRequest{MessageIDs: []uuid.UUID{head[0].ID}, Limit: 10, Reason: "fixed the receiver"}); err != nil {
+		t.Fatal(err)
+	}
+	run := claimRun(t, store, "w", 10, 10)
+	if got := sequences(run); !slices.Equal(got, []int64{1, 2, 3, 4}) {
+		t.Fatalf("after the replay: %v, want 1-4", got)
+	}
+	// 1 is delivered; 2 dies and parks again; the rest are released.
+	results := []lease.Result{
+		{ID: run[0].ID, LeaseToken: run[0].LeaseToken, Outcome: lease.Dispatched},
+		{ID: run[1].ID, LeaseToken: run[1].LeaseToken, Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", OnDead: lease.OnDeadPark},
+		{ID: run[2].ID, LeaseToken: run[2].LeaseToken, Outcome: lease.Released},
+		{ID: run[3].ID, LeaseToken: run[3].LeaseToken, Outcome: lease.Released},
+	}
+	if _, err := store.CompleteBatch(ctx, "w", results); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimRun(t, store, "w", 10, 10); len(got) != 0 {
+		t.Fatalf("claimed sequence %d while 2 holds the key", got[0].SequenceID)
+	}
+
+	// Discarding needs a reason; with one, the key goes on with 3.
+	if _, err := store.Discard(ctx, lease.DiscardRequest{MessageIDs: []uuid.UUID{run[1].ID}}); !errors.Is(err, lease.ErrInvalidArgument) {
+		t.Fatalf("discard without a reason: %v, want refused", err)
+	}
+	gone, err := store.Discard(ctx, lease.DiscardRequest{MessageIDs: []uuid.UUID{run[1].ID}, Reason: "duplicate of refund 991", Operator: "oncall-ana"})
+	if err != nil || len(gone) != 1 || gone[0].From != lease.StateDead {
+		t.Fatalf("discard: %+v %v", gone, err)
+	}
+	hist, err := store.MessageAttempts(ctx, run[1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := hist[len(hist)-1]
+	if last.State != "DISCARDED" || last.Operator != "oncall-ana" || last.Reason != "duplicate of refund 991" || last.DBUser == "" {
+		t.Fatalf("the discard's outcome %+v, want DISCARDED with operator, reason and login", last)
+	}
+	if got := sequences(claimRun(t, store, "w", 10, 10)); !slices.Equal(got, []int64{3, 4}) {
+		t.Fatalf("after the discard: %v, want 3 and 4", got)
+	}
+}
+
+// Ordering keys are scoped by namespace: the same key in two namespaces is
+// two keys, each with its own sequence and head.
+func TestOrderingKeysAreScopedByNamespace(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := lease.NewStore(db.Pool)
+	a := enqueue(t, db.Pool, 2, ordered("billing", "tenant-42"))
+	b := enqueue(t, db.Pool, 2, ordered("payments", "tenant-42"))
+	if a[0].SequenceID != 1 || b[0].SequenceID != 1 {
+		t.Fatalf("sequence ids %d and %d, want each namespace's key to start at 1", a[0].SequenceID, b[0].SequenceID)
+	}
+	got := claimRun(t, store, "w", 10, 1)
+	if len(got) != 2 || got[0].Namespace == got[1].Namespace {
+		t.Fatalf("claimed %v: want one head per namespace", got)
+	}
+}
+
+// A payload larger than any route may send is claimed without it, and does
+// not count against the claim's byte budget; the budget bounds the rest.
+func TestClaimNeverLoadsOversizePayloadsAndKeepsToItsBudget(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	// A database whose producers may write 8 MiB, three of them, between
+	// ordinary messages of 100 KiB.
+	if _, err := db.Pool.Exec(ctx, `UPDATE outbox.limits SET max_payload_bytes = 8388608`); err != nil {
+		t.Fatal(err)
+	}
+	huge := json.RawMessage(`{"blob":"` + strings.Repeat("x", 8<<20-20) + `"}`)
+	medium := json.RawMessage(`{"blob":"` + strings.Repeat("y", 100<<10) + `"}`)
+	var msgs []outbox.Message
+	for i := range 23 {
+		p := medium
+		if i%8 == 0 {
+			p = huge
+		}
+		msgs = append(msgs, outbox.Message{Namespace: "billing", Topic: "usage", Payload: p})
+	}
+	if _, err := (outbox.Producer{Limits: outbox.Limits{MaxPayloadBytes: 8 << 20}}).EnqueueBatch(ctx, db.Pool, msgs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 100, Lease: time.Minute,
+		MaxPayloadBytes: 1 << 20, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var omitted, loaded, bytes int
+	for _, m := range got {
+		if m.PayloadOmitted() {
+			omitted++
+			if m.PayloadBytes < 8<<20-20 {
+				t.Errorf("an omitted payload reports %d bytes", m.PayloadBytes)
+			}
+			continue
+		}
+		loaded++
+		bytes += len(m.Payload)
+	}
+	if omitted != 2 || bytes > 1<<20 || loaded < 9 {
+		t.Fatalf("claimed %d: %d oversize without payload, %d loaded with %d bytes; want the oversize ones in the claim's order omitted and at most 1 MiB loaded",
+			len(got), omitted, loaded, bytes)
+	}
+}
+
+// A row the dispatcher cannot decode fails alone: the claim returns every
+// message, the bad one marked.
+func TestUndecodableRowIsAMessageNotAClaimFailure(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 9, plain)
+	// A row from before the database refused such headers.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox.pending (id, namespace, topic, payload, payload_bytes, headers)
+		VALUES (outbox.uuid_v7(), 'billing', 'usage', '{"n":9}', 7, '{"retries": 3}')`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("one undecodable row failed the claim: %v", err)
+	}
+	bad := 0
+	for _, m := range got {
+		if m.DecodeError != nil {
+			bad++
+		}
+	}
+	if len(got) != 10 || bad != 1 {
+		t.Fatalf("claimed %d with %d undecodable, want 10 with 1", len(got), bad)
+	}
+}
+
+// What the Go producer refuses, the SQL functions refuse too, with SQLSTATE
+// P7004 naming the field, and nothing written.
+func TestDatabaseRefusesWhatTheProducerRefuses(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, sql, column, says string
+	}{
+		{"a header that is a number", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_headers => '{"retries": 3}')`, "headers", `value of retries must be a string, got number`},
+		{"too many headers", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_headers => (SELECT jsonb_object_agg('h' || g, 'v') FROM generate_series(1, 17) g))`, "headers", "more than the limit of 16"},
+		{"a reserved header", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_headers => '{"webhook-id": "x"}')`, "headers", "reserved"},
+		{"a header value with a newline", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_headers => jsonb_build_object('x-a', E'a\nb'))`, "headers", "control character"},
+		{"a payload over the limit", `SELECT * FROM outbox.enqueue('billing', 'usage', jsonb_build_object('b', repeat('x', 300000)))`, "payload", "over the limit of 262144"},
+		{"a 100 MB payload", `SELECT * FROM outbox.enqueue_batch(ARRAY['billing'], ARRAY['usage'], ARRAY['{"b":"' || repeat('x', 100000000) || '"}'])`, "payload", "over the limit"},
+		{"a string payload", `SELECT * FROM outbox.enqueue('billing', 'usage', '"hello"')`, "payload", "object or array"},
+		{"an invalid JSON payload in a batch", `SELECT * FROM outbox.enqueue_batch(ARRAY['billing', 'billing'], ARRAY['usage', 'usage'], ARRAY['{"n":1}', '{"n":'])`, "payload", "not valid JSON"},
+		{"an ordering key over 512 bytes", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_ordering_key => repeat('k', 513))`, "ordering_key", "over the limit of 512"},
+		{"a dedupe key with a control character", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_dedupe_key => E'a\tb')`, "dedupe_key", "control character"},
+		{"available_at infinity", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_ordering_key => 'acct-9', p_available_at => 'infinity')`, "available_at", "finite"},
+		{"available_at beyond the bound", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_available_at => now() + interval '2 years')`, "available_at", "ahead"},
+		{"a namespace with a space", `SELECT * FROM outbox.enqueue('bill ing', 'usage', '{"n":1}')`, "namespace", "letters, digits"},
+		{"a trace header with a space", `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_trace_header => 'Root=1 2')`, "trace_header", "printable ASCII"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := db.Pool.Exec(ctx, c.sql)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "P7004" || pgErr.ColumnName != c.column || !strings.Contains(pgErr.Message, c.says) {
+				t.Fatalf("%v, want SQLSTATE P7004 on column %s saying %q", err, c.column, c.says)
+			}
+		})
+	}
+	if n := count(t, db.Pool, `SELECT (SELECT count(*) FROM outbox.pending) + (SELECT count(*) FROM outbox.sequences) + (SELECT count(*) FROM outbox.dedupe)`); n != 0 {
+		t.Fatalf("refused enqueues wrote %d rows", n)
+	}
+	// And a batch names the message at fault.
+	_, err := db.Pool.Exec(ctx, `SELECT * FROM outbox.enqueue_batch(ARRAY['billing', 'billing', 'billing'], ARRAY['usage', 'usage', 'usage'],
+		ARRAY['{"n":1}', '{"n":2}', '{"n":3}'], p_headers => ARRAY[NULL, NULL, '{"retries": 3}'])`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, "invalid message 2") || pgErr.Detail != "message index: 2" {
+		t.Fatalf("%v, want the error to name message 2", err)
+	}
+}
+
+// An idle key's bookkeeping is forgotten after the retention window, in two
+// passes (the sequence floor first); a key that comes back continues with
+// higher sequence ids.
+func TestIdleKeysAreForgottenAndComeBackHigher(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 5, ordered("billing", "tenant-1"))
+	for {
+		got := claimRun(t, store, "w", 10, 10)
+		if len(got) == 0 {
+			break
+		}
+		if _, err := store.CompleteBatch(ctx, "w", dispatched(got)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE outbox.sequences SET updated_at = now() - interval '40 days'`); err != nil {
+		t.Fatal(err)
+	}
+	purge := func() int64 {
+		t.Helper()
+		res, err := store.Purge(ctx, lease.PurgeParams{KeysOlderThan: 30 * 24 * time.Hour, MaxRows: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Keys
+	}
+	if n := purge(); n != 0 {
+		t.Fatalf("the first pass forgot %d keys before raising the sequence floor", n)
+	}
+	if n := purge(); n != 1 {
+		t.Fatalf("the second pass forgot %d keys, want 1", n)
+	}
+	if n := count(t, db.Pool, `SELECT (SELECT count(*) FROM outbox.sequences) + (SELECT count(*) FROM outbox.keys)`); n != 0 {
+		t.Fatalf("%d bookkeeping rows left", n)
+	}
+	back := enqueue(t, db.Pool, 1, ordered("billing", "tenant-1"))
+	if back[0].SequenceID <= 5 {
+		t.Fatalf("the key came back at sequence %d, not above its last (5)", back[0].SequenceID)
+	}
+	if got := claimRun(t, store, "w", 10, 10); len(got) != 1 || got[0].ID != back[0].ID {
+		t.Fatalf("the returning key's message is not claimable: %v", got)
+	}
+}
+
+// A producer committing to a key whose last message a dispatcher is
+// completing at that moment never leaves its message without a head.
+func TestProducerAndCompletionRaceNeverStrandsAKey(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewWithConfig(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 8 })
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	const rounds = 200
+	for i := range rounds {
+		key := fmt.Sprintf("k-%d", i)
+		enqueue(t, db.Pool, 1, ordered("billing", key))
+		msgs := claimRun(t, store, "w", 10, 10)
+		done := make(chan error, 1)
+		go func() {
+			_, err := store.CompleteBatch(ctx, "w", dispatched(msgs))
+			done <- err
+		}()
+		enqueue(t, db.Pool, 1, ordered("billing", key))
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		got := claimRun(t, store, "w", 10, 10)
+		if len(got) != 1 {
+			// Settled by a later claim at the latest.
+			got = claimRun(t, store, "w", 10, 10)
+		}
+		if len(got) != 1 || got[0].OrderingKey != key || got[0].SequenceID != 2 {
+			t.Fatalf("round %d: claimed %v, want sequence 2 of %s", i, sequences(got), key)
+		}
+		if _, err := store.CompleteBatch(ctx, "w", dispatched(got)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
