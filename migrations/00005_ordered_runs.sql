@@ -181,42 +181,69 @@ $$;
 -- the lock first anyway), or record the debt in outbox.unsettled_keys
 -- (dispatchers, which must never wait for a producer's transaction). Not
 -- executable by any runtime role; the outbox functions call it as its owner.
+-- A producer's commit runs it for its key: it costs only the statements a
+-- key's state calls for.
 CREATE FUNCTION outbox.settle_keys(p_namespaces text[], p_keys text[], p_wait boolean)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_custom_plan
+-- Restores the caller's setting on return: see the set_config below.
+SET plan_cache_mode = auto
+-- Every statement here finds rows by key. A plan cached while a table was
+-- nearly empty would scan it in full until the next ANALYZE (20,000 rows
+-- later, for outbox.pending): never scan a table where an index will do.
+-- That makes a plan's cost look huge, which must not buy it a JIT
+-- compilation (100 ms and more for a statement of microseconds).
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_ns      text[];
     v_ok      text[];
-    v_missed  integer;
+    v_missed  integer := 0;
     v_head    uuid[];
     v_want    uuid[];
+    v_change  boolean;
+    v_headless boolean;
     v_demoted uuid[];
 BEGIN
     IF coalesce(cardinality(p_keys), 0) = 0 THEN
         RETURN 0;
     END IF;
+    -- Many keys (a completion's) are joined with the tables: plan for the
+    -- data at hand. One key (a producer's commit) is a few primary-key
+    -- probes, whose generic plans are right and not worth planning anew.
+    PERFORM set_config('plan_cache_mode', CASE WHEN cardinality(p_keys) > 1 THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
 
     -- 1. Lock the keys' rows, in key order so that settlers never deadlock.
     IF p_wait THEN
-        PERFORM outbox.lock_keys(p_namespaces, p_keys);
+        INSERT INTO outbox.keys (namespace, ordering_key)
+        SELECT DISTINCT k.ns, k.ok FROM unnest(p_namespaces, p_keys) AS k(ns, ok) ORDER BY 1, 2
+        ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+        SELECT array_agg(x.namespace ORDER BY x.namespace, x.ordering_key),
+               array_agg(x.ordering_key ORDER BY x.namespace, x.ordering_key)
+          INTO v_ns, v_ok
+          FROM (SELECT k.namespace, k.ordering_key FROM outbox.keys k
+                WHERE (k.namespace, k.ordering_key) IN (SELECT * FROM unnest(p_namespaces, p_keys))
+                ORDER BY 1, 2
+                FOR UPDATE) x;
+    ELSE
+        SELECT array_agg(x.namespace ORDER BY x.namespace, x.ordering_key),
+               array_agg(x.ordering_key ORDER BY x.namespace, x.ordering_key)
+          INTO v_ns, v_ok
+          FROM (SELECT k.namespace, k.ordering_key FROM outbox.keys k
+                WHERE (k.namespace, k.ordering_key) IN (SELECT * FROM unnest(p_namespaces, p_keys))
+                ORDER BY 1, 2
+                FOR UPDATE SKIP LOCKED) x;
+        -- Keys not locked are someone else's right now: owe them a settle.
+        IF coalesce(cardinality(v_ns), 0) < cardinality(p_keys) THEN
+            INSERT INTO outbox.unsettled_keys (namespace, ordering_key)
+            SELECT DISTINCT k.ns, k.ok FROM unnest(p_namespaces, p_keys) AS k(ns, ok)
+            WHERE NOT EXISTS (SELECT 1 FROM unnest(v_ns, v_ok) AS l(ns, ok) WHERE l.ns = k.ns AND l.ok = k.ok);
+            GET DIAGNOSTICS v_missed = ROW_COUNT;
+        END IF;
     END IF;
-    SELECT array_agg(x.namespace ORDER BY x.namespace, x.ordering_key),
-           array_agg(x.ordering_key ORDER BY x.namespace, x.ordering_key)
-      INTO v_ns, v_ok
-      FROM (SELECT k.namespace, k.ordering_key FROM outbox.keys k
-            WHERE (k.namespace, k.ordering_key) IN (SELECT * FROM unnest(p_namespaces, p_keys))
-            ORDER BY 1, 2
-            FOR UPDATE SKIP LOCKED) x;
-
-    -- Keys not locked are someone else's right now: owe them a settle.
-    INSERT INTO outbox.unsettled_keys (namespace, ordering_key)
-    SELECT DISTINCT k.ns, k.ok FROM unnest(p_namespaces, p_keys) AS k(ns, ok)
-    WHERE NOT EXISTS (SELECT 1 FROM unnest(v_ns, v_ok) AS l(ns, ok) WHERE l.ns = k.ns AND l.ok = k.ok);
-    GET DIAGNOSTICS v_missed = ROW_COUNT;
     IF v_ns IS NULL THEN
         RETURN v_missed;
     END IF;
@@ -225,8 +252,9 @@ BEGIN
     --    these keys: find each key's head and the message that should be
     --    its head (none while the key is parked; the head itself while a
     --    claim holds it).
-    SELECT array_agg(s.head ORDER BY s.i), array_agg(s.want ORDER BY s.i)
-      INTO v_head, v_want
+    SELECT array_agg(s.head ORDER BY s.i), array_agg(s.want ORDER BY s.i),
+           bool_or(s.want IS DISTINCT FROM s.head), bool_or(s.want IS NULL)
+      INTO v_head, v_want, v_change, v_headless
       FROM (SELECT k.i, h.id AS head,
                    CASE WHEN EXISTS (SELECT 1 FROM outbox.dead d
                                      WHERE d.namespace = k.ns AND d.ordering_key = k.ok AND d.holds_key) THEN NULL
@@ -243,23 +271,27 @@ BEGIN
     --    then it is in flight and stays the head. Then promote the rightful
     --    head where the key has none now. Two statements, in this order, so
     --    that pending_key_head never sees two heads of one key.
-    WITH demoted AS (
-        UPDATE outbox.pending p SET behind = true
+    IF v_change THEN
+        WITH demoted AS (
+            UPDATE outbox.pending p SET behind = true
+            FROM unnest(v_head, v_want) AS x(head, want)
+            WHERE p.id = x.head AND x.want IS DISTINCT FROM x.head AND p.lease_token IS NULL
+            RETURNING p.id
+        )
+        SELECT array_agg(d.id) INTO v_demoted FROM demoted d;
+        UPDATE outbox.pending p SET behind = false
         FROM unnest(v_head, v_want) AS x(head, want)
-        WHERE p.id = x.head AND x.want IS DISTINCT FROM x.head AND p.lease_token IS NULL
-        RETURNING p.id
-    )
-    SELECT array_agg(d.id) INTO v_demoted FROM demoted d;
-    UPDATE outbox.pending p SET behind = false
-    FROM unnest(v_head, v_want) AS x(head, want)
-    WHERE p.id = x.want AND x.want IS DISTINCT FROM x.head
-      AND (x.head IS NULL OR x.head = ANY (v_demoted));
+        WHERE p.id = x.want AND x.want IS DISTINCT FROM x.head
+          AND (x.head IS NULL OR x.head = ANY (v_demoted));
+    END IF;
 
     -- 4. A key left without a head: mark the change for producers at
     --    REPEATABLE READ (see outbox.keys).
-    UPDATE outbox.keys k SET settled_at = clock_timestamp()
-    FROM unnest(v_ns, v_ok, v_want) AS x(ns, ok, want)
-    WHERE k.namespace = x.ns AND k.ordering_key = x.ok AND x.want IS NULL;
+    IF v_headless THEN
+        UPDATE outbox.keys k SET settled_at = clock_timestamp()
+        FROM unnest(v_ns, v_ok, v_want) AS x(ns, ok, want)
+        WHERE k.namespace = x.ns AND k.ordering_key = x.ok AND x.want IS NULL;
+    END IF;
     RETURN v_missed;
 END;
 $$;
@@ -335,24 +367,32 @@ CREATE FUNCTION outbox.enqueue_rows(
 RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
--- A generic plan made while the tables were small would keep scanning
--- dedupe in full as it grows; plan each statement for the data at hand.
-SET plan_cache_mode = force_custom_plan
+-- Restores the caller's setting on return: see the set_config below.
+SET plan_cache_mode = auto
+-- Every statement here finds rows by key. A plan cached while a table was
+-- nearly empty would scan it in full until the next ANALYZE (20,000 rows
+-- later, for outbox.pending): never scan a table where an index will do.
+-- That makes a plan's cost look huge, which must not buy it a JIT
+-- compilation (100 ms and more for a statement of microseconds).
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_n        int := coalesce(cardinality(p_namespaces), 0);
     v_now      timestamptz := now();
-    v_limits   outbox.limits;
+    v_max_payload       int;
+    v_max_key           int;
+    v_max_headers       int;
+    v_max_header_value  int;
+    v_max_delay         interval;
     v_floor    bigint;
     v_payloads jsonb[];
     v_headers  jsonb[];
     v_ids      uuid[];
     v_inserted boolean[];
     v_seqs     bigint[];
-    v_at       bigint;
-    v_field    text;
-    v_reason   text;
+    v_problem  text[];
     -- C0 and C1 control characters, as Go's unicode.IsControl (no NUL in text).
     c_control  constant text := '[\u0001-\u001f\u007f-\u009f]';
 BEGIN
@@ -366,91 +406,81 @@ BEGIN
         RAISE EXCEPTION '%: every array must have one element per message (% messages)', p_caller, v_n
             USING ERRCODE = '22023';
     END IF;
-    SELECT * INTO v_limits FROM outbox.limits;
+    -- A batch's statements join arrays with the tables, and a generic plan
+    -- made while the tables were small would keep scanning dedupe in full
+    -- as it grows: plan them for the data at hand. A single message's
+    -- statements are primary-key probes whose generic plans are right
+    -- whatever the sizes, and planning them on every call (as auto would,
+    -- generic plans of array expressions being costed high) triples the
+    -- cost of an enqueue.
+    PERFORM set_config('plan_cache_mode', CASE WHEN v_n > 1 THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
 
-    -- An empty key is no key, as for the Go producer.
-    p_tenant_ids    := CASE WHEN p_tenant_ids IS NOT NULL THEN ARRAY(SELECT nullif(x, '') FROM unnest(p_tenant_ids) x) END;
-    p_dedupe_keys   := CASE WHEN p_dedupe_keys IS NOT NULL THEN ARRAY(SELECT nullif(x, '') FROM unnest(p_dedupe_keys) x) END;
-    p_ordering_keys := CASE WHEN p_ordering_keys IS NOT NULL THEN ARRAY(SELECT nullif(x, '') FROM unnest(p_ordering_keys) x) END;
-    p_trace_headers := CASE WHEN p_trace_headers IS NOT NULL THEN ARRAY(SELECT nullif(x, '') FROM unnest(p_trace_headers) x) END;
+    -- The limits, the message ids, and the keys as they are stored: an
+    -- empty key is no key, as for the Go producer, and an array with no
+    -- key at all is NULL, so that the steps for dedupe and ordering are
+    -- skipped. One statement: every statement of an enqueue costs.
+    SELECT (SELECT l.max_payload_bytes FROM outbox.limits l), (SELECT l.max_key_bytes FROM outbox.limits l),
+           (SELECT l.max_headers FROM outbox.limits l), (SELECT l.max_header_value_bytes FROM outbox.limits l),
+           (SELECT l.max_delay FROM outbox.limits l),
+           array_agg(outbox.uuid_v7() ORDER BY e.i),
+           CASE WHEN bool_or(nullif(e.tenant, '') IS NOT NULL) THEN array_agg(nullif(e.tenant, '') ORDER BY e.i) END,
+           CASE WHEN bool_or(nullif(e.dk, '') IS NOT NULL) THEN array_agg(nullif(e.dk, '') ORDER BY e.i) END,
+           CASE WHEN bool_or(nullif(e.ok, '') IS NOT NULL) THEN array_agg(nullif(e.ok, '') ORDER BY e.i) END,
+           CASE WHEN bool_or(nullif(e.trace, '') IS NOT NULL) THEN array_agg(nullif(e.trace, '') ORDER BY e.i) END
+      INTO v_max_payload, v_max_key, v_max_headers, v_max_header_value, v_max_delay, v_ids, p_tenant_ids, p_dedupe_keys, p_ordering_keys, p_trace_headers
+      FROM unnest(p_namespaces, p_tenant_ids, p_dedupe_keys, p_ordering_keys, p_trace_headers) WITH ORDINALITY
+           AS e(ns, tenant, dk, ok, trace, i);
 
-    -- 1. What can be checked without parsing, in one pass. The name
-    --    patterns are unbounded with a separate length check: PostgreSQL's
-    --    regular expressions are ten times slower with {0,127}.
-    SELECT x.i, x.problem[1], x.problem[2] INTO v_at, v_field, v_reason
-    FROM (
-        SELECT e.i, CASE
-            WHEN e.ns IS NULL OR e.ns = '' THEN ARRAY['namespace', 'must not be empty']
-            WHEN octet_length(e.ns) > 128 OR e.ns !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
-                ARRAY['namespace', format('%s must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit', quote_literal(left(e.ns, 140)))]
-            WHEN e.tp IS NULL OR e.tp = '' THEN ARRAY['topic', 'must not be empty']
-            WHEN octet_length(e.tp) > 128 OR e.tp !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
-                ARRAY['topic', format('%s must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit', quote_literal(left(e.tp, 140)))]
-            WHEN e.payload IS NULL OR e.payload = '' THEN ARRAY['payload', 'must not be empty']
-            WHEN octet_length(e.payload) > v_limits.max_payload_bytes THEN
-                ARRAY['payload', format('is %s bytes, over the limit of %s', octet_length(e.payload), v_limits.max_payload_bytes)]
-            WHEN octet_length(e.tenant) > v_limits.max_key_bytes THEN
-                ARRAY['tenant_id', format('is %s bytes, over the limit of %s', octet_length(e.tenant), v_limits.max_key_bytes)]
-            WHEN e.tenant ~ c_control THEN ARRAY['tenant_id', 'contains a control character']
-            WHEN octet_length(e.dk) > v_limits.max_key_bytes THEN
-                ARRAY['dedupe_key', format('is %s bytes, over the limit of %s', octet_length(e.dk), v_limits.max_key_bytes)]
-            WHEN e.dk ~ c_control THEN ARRAY['dedupe_key', 'contains a control character']
-            WHEN octet_length(e.ok) > v_limits.max_key_bytes THEN
-                ARRAY['ordering_key', format('is %s bytes, over the limit of %s', octet_length(e.ok), v_limits.max_key_bytes)]
-            WHEN e.ok ~ c_control THEN ARRAY['ordering_key', 'contains a control character']
-            WHEN octet_length(e.trace) > 256 THEN ARRAY['trace_header', format('is %s bytes, over the limit of 256', octet_length(e.trace))]
-            WHEN e.trace !~ '^[!-~]*$' THEN ARRAY['trace_header', 'must be printable ASCII without spaces']
-            WHEN NOT isfinite(e.at) THEN ARRAY['available_at', format('must be a finite time, got %s', e.at)]
-            -- The clock now, not the transaction's start: a producer's own
-            -- check of the same bound, made just before, must not be looser.
-            WHEN e.at > clock_timestamp() + v_limits.max_delay THEN
-                ARRAY['available_at', format('is more than %s ahead (%s); the limit is outbox.limits.max_delay', v_limits.max_delay, e.at)]
-        END AS problem
-        FROM unnest(p_namespaces, p_topics, p_payloads, p_tenant_ids, p_dedupe_keys, p_ordering_keys,
-                    p_trace_headers, p_available_at) WITH ORDINALITY
-             AS e(ns, tp, payload, tenant, dk, ok, trace, at, i)
-    ) x
-    WHERE x.problem IS NOT NULL
-    ORDER BY x.i
-    LIMIT 1;
-
-    -- 2. Parse payloads and headers once, for the checks and the insert. A
-    --    document PostgreSQL cannot store (bad syntax, \u0000, a lone
-    --    surrogate, a number beyond numeric) is found and named. The block
-    --    only reads, so its subtransaction takes no transaction id.
-    IF v_at IS NULL THEN
-        BEGIN
-            v_payloads := p_payloads::jsonb[];
-            v_headers := p_headers::jsonb[];
-        EXCEPTION WHEN data_exception THEN
-            FOR i IN 1 .. v_n LOOP
-                BEGIN
-                    PERFORM p_payloads[i]::jsonb;
-                EXCEPTION WHEN data_exception THEN
-                    v_at := i; v_field := 'payload'; v_reason := 'is not valid JSON: ' || SQLERRM;
-                    EXIT;
-                END;
-                BEGIN
-                    PERFORM p_headers[i]::jsonb;
-                EXCEPTION WHEN data_exception THEN
-                    v_at := i; v_field := 'headers'; v_reason := 'is not valid JSON: ' || SQLERRM;
-                    EXIT;
-                END;
-            END LOOP;
-        END;
-    END IF;
-
-    IF v_at IS NULL THEN
-        SELECT x.i, x.problem[1], x.problem[2] INTO v_at, v_field, v_reason
-        FROM (
-            SELECT e.i, CASE
-                WHEN jsonb_typeof(e.payload) NOT IN ('object', 'array') THEN
-                    ARRAY['payload', 'must be a JSON object or array, not a ' || jsonb_typeof(e.payload)]
-                WHEN e.headers IS NULL OR e.headers = '{}'::jsonb THEN NULL
-                WHEN jsonb_typeof(e.headers) <> 'object' THEN ARRAY['headers', 'must be a JSON object of strings']
-                WHEN (SELECT count(*) FROM jsonb_object_keys(e.headers)) > v_limits.max_headers THEN
+    -- Every check, and the parse of payloads and headers for the insert, in
+    -- one pass; the first message at fault is named. A payload is parsed
+    -- only once it is known not to be over the limit. The name patterns are
+    -- unbounded with a separate length check: PostgreSQL's regular
+    -- expressions are ten times slower with {0,127}. A document PostgreSQL
+    -- cannot store (bad syntax, \u0000, a lone surrogate, a number beyond
+    -- numeric) fails the parse; the handler finds which. The block only
+    -- reads, so its subtransaction takes no transaction id.
+    BEGIN
+        SELECT ARRAY[(array_agg(x.i::text ORDER BY x.i) FILTER (WHERE x.problem IS NOT NULL))[1],
+                     (array_agg(x.problem[1] ORDER BY x.i) FILTER (WHERE x.problem IS NOT NULL))[1],
+                     (array_agg(x.problem[2] ORDER BY x.i) FILTER (WHERE x.problem IS NOT NULL))[1]],
+               array_agg(x.pj ORDER BY x.i), array_agg(x.hj ORDER BY x.i)
+          INTO v_problem, v_payloads, v_headers
+          FROM (
+            SELECT e.i, c.pj, c.hj, CASE
+                WHEN e.ns IS NULL OR e.ns = '' THEN ARRAY['namespace', 'must not be empty']
+                WHEN octet_length(e.ns) > 128 OR e.ns !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
+                    ARRAY['namespace', format('%s must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit', quote_literal(left(e.ns, 140)))]
+                WHEN e.tp IS NULL OR e.tp = '' THEN ARRAY['topic', 'must not be empty']
+                WHEN octet_length(e.tp) > 128 OR e.tp !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
+                    ARRAY['topic', format('%s must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit', quote_literal(left(e.tp, 140)))]
+                WHEN e.payload IS NULL OR e.payload = '' THEN ARRAY['payload', 'must not be empty']
+                WHEN octet_length(e.payload) > v_max_payload THEN
+                    ARRAY['payload', format('is %s bytes, over the limit of %s', octet_length(e.payload), v_max_payload)]
+                WHEN jsonb_typeof(c.pj) NOT IN ('object', 'array') THEN
+                    ARRAY['payload', 'must be a JSON object or array, not a ' || jsonb_typeof(c.pj)]
+                WHEN octet_length(e.tenant) > v_max_key THEN
+                    ARRAY['tenant_id', format('is %s bytes, over the limit of %s', octet_length(e.tenant), v_max_key)]
+                WHEN e.tenant ~ c_control THEN ARRAY['tenant_id', 'contains a control character']
+                WHEN octet_length(e.dk) > v_max_key THEN
+                    ARRAY['dedupe_key', format('is %s bytes, over the limit of %s', octet_length(e.dk), v_max_key)]
+                WHEN e.dk ~ c_control THEN ARRAY['dedupe_key', 'contains a control character']
+                WHEN octet_length(e.ok) > v_max_key THEN
+                    ARRAY['ordering_key', format('is %s bytes, over the limit of %s', octet_length(e.ok), v_max_key)]
+                WHEN e.ok ~ c_control THEN ARRAY['ordering_key', 'contains a control character']
+                WHEN octet_length(e.trace) > 256 THEN ARRAY['trace_header', format('is %s bytes, over the limit of 256', octet_length(e.trace))]
+                WHEN e.trace !~ '^[!-~]*$' THEN ARRAY['trace_header', 'must be printable ASCII without spaces']
+                WHEN NOT isfinite(e.at) THEN ARRAY['available_at', format('must be a finite time, got %s', e.at)]
+                -- The clock now, not the transaction's start: a producer's
+                -- own check of the same bound, made just before, must not be
+                -- looser.
+                WHEN e.at > clock_timestamp() + v_max_delay THEN
+                    ARRAY['available_at', format('is more than %s ahead (%s); the limit is outbox.limits.max_delay', v_max_delay, e.at)]
+                WHEN octet_length(e.headers) > 1048576 THEN ARRAY['headers', 'are over 1 MiB of JSON']
+                WHEN c.hj IS NULL OR c.hj = '{}'::jsonb THEN NULL
+                WHEN jsonb_typeof(c.hj) <> 'object' THEN ARRAY['headers', 'must be a JSON object of strings']
+                WHEN (SELECT count(*) FROM jsonb_object_keys(c.hj)) > v_max_headers THEN
                     ARRAY['headers', format('has %s entries, more than the limit of %s',
-                                            (SELECT count(*) FROM jsonb_object_keys(e.headers)), v_limits.max_headers)]
+                                            (SELECT count(*) FROM jsonb_object_keys(c.hj)), v_max_headers)]
                 ELSE (SELECT ARRAY['headers', h.problem]
                       FROM (SELECT kv.key, CASE
                                 WHEN octet_length(kv.key) > 64 OR kv.key !~ '^[A-Za-z0-9][A-Za-z0-9_.-]*$' THEN
@@ -461,35 +491,53 @@ BEGIN
                                     format('name %s is reserved for the dispatcher', quote_ident(kv.key))
                                 WHEN jsonb_typeof(kv.value) <> 'string' THEN
                                     format('value of %s must be a string, got %s', quote_ident(kv.key), jsonb_typeof(kv.value))
-                                WHEN octet_length(kv.value #>> '{}') > v_limits.max_header_value_bytes THEN
+                                WHEN octet_length(kv.value #>> '{}') > v_max_header_value THEN
                                     format('value of %s is %s bytes, over the limit of %s', quote_ident(kv.key),
-                                           octet_length(kv.value #>> '{}'), v_limits.max_header_value_bytes)
+                                           octet_length(kv.value #>> '{}'), v_max_header_value)
                                 WHEN (kv.value #>> '{}') ~ c_control THEN
                                     format('value of %s contains a control character', quote_ident(kv.key))
                             END AS problem
-                            FROM jsonb_each(e.headers) kv) h
+                            FROM jsonb_each(c.hj) kv) h
                       WHERE h.problem IS NOT NULL
                       ORDER BY h.key
                       LIMIT 1)
             END AS problem
-            FROM unnest(v_payloads, v_headers) WITH ORDINALITY AS e(payload, headers, i)
-        ) x
-        WHERE x.problem IS NOT NULL
-        ORDER BY x.i
-        LIMIT 1;
-    END IF;
+            FROM unnest(p_namespaces, p_topics, p_payloads, p_tenant_ids, p_dedupe_keys, p_ordering_keys,
+                        p_trace_headers, p_available_at, p_headers) WITH ORDINALITY
+                 AS e(ns, tp, payload, tenant, dk, ok, trace, at, headers, i)
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN octet_length(e.payload) BETWEEN 1 AND v_max_payload THEN e.payload::jsonb END AS pj,
+                       CASE WHEN octet_length(e.headers) <= 1048576 THEN e.headers::jsonb END AS hj) c
+          ) x;
+    EXCEPTION WHEN data_exception THEN
+        FOR i IN 1 .. v_n LOOP
+            BEGIN
+                PERFORM CASE WHEN octet_length(p_payloads[i]) <= v_max_payload THEN p_payloads[i]::jsonb END;
+            EXCEPTION WHEN data_exception THEN
+                v_problem := ARRAY[i::text, 'payload', 'is not valid JSON: ' || SQLERRM];
+                EXIT;
+            END;
+            BEGIN
+                PERFORM CASE WHEN octet_length(p_headers[i]) <= 1048576 THEN p_headers[i]::jsonb END;
+            EXCEPTION WHEN data_exception THEN
+                v_problem := ARRAY[i::text, 'headers', 'are not valid JSON: ' || SQLERRM];
+                EXIT;
+            END;
+        END LOOP;
+        IF v_problem[1] IS NULL THEN
+            RAISE;
+        END IF;
+    END;
 
-    IF v_at IS NOT NULL THEN
+    IF v_problem[1] IS NOT NULL THEN
         -- DETAIL carries the message's index in the batch, for callers.
         IF p_caller = 'outbox.enqueue' THEN
-            RAISE EXCEPTION '%: invalid message: % %', p_caller, v_field, v_reason
-                USING ERRCODE = 'P7004', COLUMN = v_field, DETAIL = 'message index: -1';
+            RAISE EXCEPTION '%: invalid message: % %', p_caller, v_problem[2], v_problem[3]
+                USING ERRCODE = 'P7004', COLUMN = v_problem[2], DETAIL = 'message index: -1';
         END IF;
-        RAISE EXCEPTION '%: invalid message %: % %', p_caller, v_at - 1, v_field, v_reason
-            USING ERRCODE = 'P7004', COLUMN = v_field, DETAIL = format('message index: %s', v_at - 1);
+        RAISE EXCEPTION '%: invalid message %: % %', p_caller, v_problem[1]::int - 1, v_problem[2], v_problem[3]
+            USING ERRCODE = 'P7004', COLUMN = v_problem[2], DETAIL = format('message index: %s', v_problem[1]::int - 1);
     END IF;
-
-    v_ids := ARRAY(SELECT outbox.uuid_v7() FROM generate_series(1, v_n));
 
     -- 3. Claim the dedupe keys, in key order; the lowest position wins a key
     --    repeated within the batch. Concurrent batches sharing keys lock them
@@ -816,14 +864,20 @@ BEGIN
         ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
         RETURNING message_id, state
     ),
+    -- Almost always empty: a set difference, not a join of the two CTEs
+    -- (which the planner, without estimates, would loop over).
+    doubled AS (
+        SELECT x.id FROM removed x WHERE x.outcome = 'DISPATCHED'
+        EXCEPT
+        SELECT a.message_id FROM archived a WHERE a.state = 'DISPATCHED'
+    ),
     done AS (
         SELECT x.id,
                CASE WHEN x.requested = 'RETRYABLE' THEN 'dead'
-                    WHEN x.outcome = 'DISPATCHED' AND a.message_id IS NULL THEN 'double_dispatch'
+                    WHEN x.outcome = 'DISPATCHED' AND x.id IN (SELECT d.id FROM doubled d) THEN 'double_dispatch'
                     ELSE 'ok' END AS status,
                x.namespace, x.ordering_key
         FROM removed x
-        LEFT JOIN archived a ON a.message_id = x.id AND a.state = 'DISPATCHED'
         UNION ALL
         SELECT q.id, 'ok', NULL, NULL FROM rescheduled q
         UNION ALL
@@ -881,6 +935,7 @@ AS $$
 DECLARE
     v_now   timestamptz := clock_timestamp();
     v_token uuid := gen_random_uuid();
+    v_ids   uuid[];
 BEGIN
     IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
         RAISE EXCEPTION 'outbox.claim_batch: p_batch_size must be between 1 and 10000, got %', p_batch_size
@@ -908,7 +963,8 @@ BEGIN
         PERFORM outbox.settle_unsettled(100);
     END IF;
 
-    RETURN QUERY
+    -- Which rows: one statement, whose row locks hold until commit.
+    v_ids := ARRAY(
     WITH heads AS (
         SELECT p.id, p.namespace, p.ordering_key, p.sequence_id, p.payload_bytes, p.next_attempt_at
         FROM outbox.pending p
@@ -962,13 +1018,17 @@ BEGIN
         SELECT r.id FROM ranked r
         WHERE r.n <= p_batch_size AND (r.n = 1 OR p_max_bytes IS NULL OR r.bytes <= p_max_bytes)
     )
+    SELECT c.id FROM chosen c);
+
+    -- The lease, by primary key: joining the chosen rows instead lets the
+    -- planner hash them against a sequential scan of the whole queue.
+    RETURN QUERY
     UPDATE outbox.pending p
     SET claimed_by       = p_worker_id,
         lease_token      = v_token,
         lease_expires_at = v_now + make_interval(secs => p_lease_seconds),
         attempt_count    = p.attempt_count + 1
-    FROM chosen c
-    WHERE p.id = c.id
+    WHERE p.id = ANY (v_ids)
     RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
               CASE WHEN p.payload_bytes > p_max_payload_bytes THEN NULL ELSE p.payload END,
               p.headers, p.trace_header, p.attempt_count, p.lease_token,
