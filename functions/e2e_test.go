@@ -178,6 +178,7 @@ type dispatchSummary struct {
 	Retried    int    `json:"retried"`
 	Dead       int    `json:"dead"`
 	LeaseLost  int    `json:"lease_lost"`
+	Held       int    `json:"held"`
 	DurationMS int64  `json:"duration_ms"`
 	StoppedBy  string `json:"stopped_by"`
 }
@@ -238,8 +239,8 @@ func TestDispatchDeliversAndDeadLetters(t *testing.T) {
 
 	var sum dispatchSummary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
-	if sum.StoppedBy != "drained" || sum.Claimed != 300 || sum.Delivered != 292 || sum.Dead != 8 || sum.Retried != 0 || sum.LeaseLost != 0 {
-		t.Fatalf("summary %+v, want 292 delivered and 8 dead (5 poison, 3 unrouted), drained", sum)
+	if sum.StoppedBy != "drained" || sum.Claimed != 300 || sum.Delivered != 292 || sum.Dead != 5 || sum.Retried != 3 || sum.LeaseLost != 0 {
+		t.Fatalf("summary %+v, want 292 delivered, 5 poison dead and 3 unrouted held, drained", sum)
 	}
 	if !strings.HasPrefix(sum.WorkerID, "dispatch:req-dispatch-") {
 		t.Errorf("worker id %q does not name the invocation", sum.WorkerID)
@@ -248,14 +249,14 @@ func TestDispatchDeliversAndDeadLetters(t *testing.T) {
 	if handled != 292 || maxRequests != 1 {
 		t.Fatalf("sink handled %d messages, at most %d requests per message; want 292 exactly once", handled, maxRequests)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.pending`); n != 0 {
-		t.Fatalf("%d still pending", n)
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.pending WHERE last_error_code = 'NO_ROUTE' AND next_attempt_at > now()`); n != 3 {
+		t.Fatalf("%d unrouted messages held (pending, NO_ROUTE, waiting to retry), want 3", n)
 	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.dead WHERE last_error_code = 'TARGET_REJECTED' AND last_error LIKE '%422%'`); n != 5 {
 		t.Fatalf("%d poison messages dead as TARGET_REJECTED, want 5", n)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.dead WHERE last_error_code = 'NO_ROUTE'`); n != 3 {
-		t.Fatalf("%d unrouted messages dead as NO_ROUTE, want 3", n)
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.dead WHERE last_error_code = 'NO_ROUTE'`); n != 0 {
+		t.Fatalf("%d unrouted messages dead as NO_ROUTE: a missing route must hold them, not kill them", n)
 	}
 
 	// The invocation's metrics equal its answer.
@@ -269,9 +270,10 @@ func TestDispatchDeliversAndDeadLetters(t *testing.T) {
 		t.Errorf("ColdStart = %v on the first invocation", got["ColdStart"])
 	}
 
-	// A second tick finds nothing: drained, and no longer a cold start.
+	// A second tick finds nothing new (at most the held messages again, if
+	// their backoff ran out): drained, and no longer a cold start.
 	invoke(t, fn, event(t, "dispatch-scheduled-rule.json"), 30*time.Second, &sum)
-	if sum.StoppedBy != "drained" || sum.Claimed != 0 {
+	if sum.StoppedBy != "drained" || sum.Delivered+sum.Dead != 0 || sum.Claimed != sum.Held {
 		t.Fatalf("second tick %+v", sum)
 	}
 	if got := emfValues(t, fn.Stdout()); got["ColdStart"] != 1 {
@@ -371,8 +373,18 @@ func TestDispatchStopsBeforeTheDeadline(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.pending`) + count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'DISPATCHED'`); n != 5000 {
 		t.Errorf("pending + dispatched = %d, want 5000: a message was lost", n)
 	}
-	if handled, maxRequests := snk.counts(); handled != sum.Delivered || maxRequests > 1 {
-		t.Errorf("sink handled %d (max %d requests each), summary delivered %d", handled, maxRequests, sum.Delivered)
+	// On an idle machine the sink handled exactly what was delivered. A
+	// machine busy enough to slow a batch past its estimate may see a call
+	// cut off by the completion reserve after the sink took it: that
+	// message must then be recorded as a retry (a harmless duplicate to
+	// come), never lost and never counted delivered without its answer.
+	handled, maxRequests := snk.counts()
+	cut := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'RETRYABLE' AND error_code IN ('CANCELED', 'TIMEOUT')`)
+	if handled < sum.Delivered || handled > sum.Delivered+cut || maxRequests > 1 {
+		t.Errorf("sink handled %d (max %d requests each), summary delivered %d, %d calls cut off", handled, maxRequests, sum.Delivered, cut)
+	}
+	if cut > 0 {
+		t.Logf("%d calls cut off by the deadline on a busy machine", cut)
 	}
 }
 

@@ -254,6 +254,7 @@ func TestAlarmsAndDashboard(t *testing.T) {
 		"DeadLetterDepthRisingAlarm": "DeadLetterDepth",
 		"ExpiredLeasesAlarm":         "ExpiredLeases",
 		"BlockedKeyAlarm":            "OldestBlockedKeyAgeSeconds",
+		"ConfigurationErrorAlarm":    "Held",
 		"RetryRateSpikeAlarm":        "Retried",
 		"DispatchErrorsAlarm":        "Errors",
 		"DispatchThrottlesAlarm":     "Throttles",

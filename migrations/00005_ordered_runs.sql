@@ -45,6 +45,21 @@ CREATE TABLE outbox.limits (
 COMMENT ON TABLE outbox.limits IS 'Limits outbox.enqueue() holds every message to (one row); the Go producer''s Limits must not be looser.';
 INSERT INTO outbox.limits DEFAULT VALUES;
 
+-- Namespaces as a security boundary. A producer login that is a member of a
+-- role with rows here may enqueue only into those roles' namespaces (so one
+-- team cannot enqueue into, squat the dedupe keys of, or hold the ordering
+-- keys of another); a login with none is not confined, which keeps the four
+-- roles the simple default. Operators manage it with outbox.grant_namespace
+-- and outbox.revoke_namespace.
+CREATE TABLE outbox.producer_namespaces (
+    role_name  name        NOT NULL,
+    namespace  text        NOT NULL,
+    granted_by text        NOT NULL DEFAULT session_user,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT producer_namespaces_pkey PRIMARY KEY (role_name, namespace)
+);
+COMMENT ON TABLE outbox.producer_namespaces IS 'Namespaces a producer role is confined to; a login in none of these roles is not confined.';
+
 -- The size of each payload's JSON text as the producer sent it, kept so that
 -- a claim can bound its memory without reading (and decompressing) payloads.
 ALTER TABLE outbox.pending
@@ -393,6 +408,7 @@ DECLARE
     v_inserted boolean[];
     v_seqs     bigint[];
     v_problem  text[];
+    v_allowed  text[];
     -- C0 and C1 control characters, as Go's unicode.IsControl (no NUL in text).
     c_control  constant text := '[\u0001-\u001f\u007f-\u009f]';
 BEGIN
@@ -422,14 +438,34 @@ BEGIN
     SELECT (SELECT l.max_payload_bytes FROM outbox.limits l), (SELECT l.max_key_bytes FROM outbox.limits l),
            (SELECT l.max_headers FROM outbox.limits l), (SELECT l.max_header_value_bytes FROM outbox.limits l),
            (SELECT l.max_delay FROM outbox.limits l),
+           -- The namespaces this login is confined to (NULL: none).
+           (SELECT array_agg(g.namespace) FROM outbox.producer_namespaces g
+            JOIN pg_catalog.pg_roles r ON r.rolname = g.role_name
+            WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')
+              AND NOT (SELECT u.rolsuper FROM pg_catalog.pg_roles u WHERE u.rolname = session_user)),
            array_agg(outbox.uuid_v7() ORDER BY e.i),
            CASE WHEN bool_or(nullif(e.tenant, '') IS NOT NULL) THEN array_agg(nullif(e.tenant, '') ORDER BY e.i) END,
            CASE WHEN bool_or(nullif(e.dk, '') IS NOT NULL) THEN array_agg(nullif(e.dk, '') ORDER BY e.i) END,
            CASE WHEN bool_or(nullif(e.ok, '') IS NOT NULL) THEN array_agg(nullif(e.ok, '') ORDER BY e.i) END,
            CASE WHEN bool_or(nullif(e.trace, '') IS NOT NULL) THEN array_agg(nullif(e.trace, '') ORDER BY e.i) END
-      INTO v_max_payload, v_max_key, v_max_headers, v_max_header_value, v_max_delay, v_ids, p_tenant_ids, p_dedupe_keys, p_ordering_keys, p_trace_headers
+      INTO v_max_payload, v_max_key, v_max_headers, v_max_header_value, v_max_delay, v_allowed, v_ids, p_tenant_ids, p_dedupe_keys, p_ordering_keys, p_trace_headers
       FROM unnest(p_namespaces, p_tenant_ids, p_dedupe_keys, p_ordering_keys, p_trace_headers) WITH ORDINALITY
            AS e(ns, tenant, dk, ok, trace, i);
+
+    IF v_allowed IS NOT NULL THEN
+        SELECT ARRAY[x.i::text, x.ns] INTO v_problem
+        FROM unnest(p_namespaces) WITH ORDINALITY AS x(ns, i)
+        WHERE NOT (x.ns = ANY (v_allowed))
+        ORDER BY x.i LIMIT 1;
+        IF v_problem IS NOT NULL THEN
+            RAISE EXCEPTION '%: login % may not enqueue into namespace %', p_caller, session_user, quote_literal(v_problem[2])
+                USING ERRCODE = '42501', COLUMN = 'namespace',
+                      DETAIL = format('message index: %s', CASE WHEN p_caller = 'outbox.enqueue' THEN -1 ELSE v_problem[1]::int - 1 END),
+                      HINT = format('Its roles may enqueue into: %s. An operator grants more with outbox.grant_namespace(role, namespace).',
+                                    array_to_string(v_allowed, ', '));
+        END IF;
+        v_problem := NULL;
+    END IF;
 
     -- Every check, and the parse of payloads and headers for the insert, in
     -- one pass; the first message at fault is named. A payload is parsed
@@ -709,6 +745,10 @@ AS $$
 --               taken back, nothing archived (the rest of an ordered run
 --               after a message that was not delivered)
 --
+-- hold (true) marks a RETRYABLE outcome of a configuration failure (access
+-- denied, a missing target or route): it is retried without end, never
+-- dead-lettered at the attempt ceiling, since the message is not at fault.
+--
 -- on_dead ("skip" or "park") is the route's policy for an ordered message
 -- that dies here or later (see outbox.repair_expired_leases): "park" makes
 -- the dead message hold its key.
@@ -750,7 +790,7 @@ BEGIN
                                    OR (r.on_dead IS NOT NULL AND r.on_dead NOT IN ('skip', 'park')))
           INTO v_total, v_distinct, v_invalid
           FROM jsonb_to_recordset(p_results) AS r(id uuid, lease_token uuid, outcome text, on_dead text,
-                                                  latency_ms int, retry_at timestamptz);
+                                                  latency_ms int, retry_at timestamptz, hold boolean);
     EXCEPTION WHEN invalid_text_representation OR invalid_parameter_value OR datatype_mismatch
                 OR invalid_datetime_format OR datetime_field_overflow OR numeric_value_out_of_range THEN
         RAISE EXCEPTION 'outbox.complete_batch: malformed result document: %', SQLERRM USING ERRCODE = 'P7003';
@@ -772,9 +812,9 @@ BEGIN
         SELECT *
         FROM ROWS FROM (jsonb_to_recordset(p_results) AS (
                  id uuid, lease_token uuid, outcome text, error_code text, error_message text,
-                 target text, target_ref text, latency_ms int, retry_at timestamptz, on_dead text))
+                 target text, target_ref text, latency_ms int, retry_at timestamptz, on_dead text, hold boolean))
              WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
-                                  target, target_ref, latency_ms, retry_at, on_dead, ord)
+                                  target, target_ref, latency_ms, retry_at, on_dead, hold, ord)
     ),
     -- DISPATCHED and FAILED leave pending; so does a RETRYABLE outcome at
     -- the attempt ceiling, which becomes FAILED.
@@ -785,7 +825,8 @@ BEGIN
           AND p.lease_token = r.lease_token
           AND p.claimed_by = p_worker_id
           AND p.lease_expires_at > v_now
-          AND (r.outcome IN ('DISPATCHED', 'FAILED') OR (r.outcome = 'RETRYABLE' AND p.attempt_count >= p_max_attempts))
+          AND (r.outcome IN ('DISPATCHED', 'FAILED')
+               OR (r.outcome = 'RETRYABLE' AND p.attempt_count >= p_max_attempts AND NOT coalesce(r.hold, false)))
         -- A delivered row's payload is not needed past this point: carrying
         -- it through the CTEs costs more than the delete itself.
         RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
@@ -812,7 +853,7 @@ BEGIN
           AND p.lease_token = r.lease_token
           AND p.claimed_by = p_worker_id
           AND p.lease_expires_at > v_now
-          AND r.outcome = 'RETRYABLE' AND p.attempt_count < p_max_attempts
+          AND r.outcome = 'RETRYABLE' AND (p.attempt_count < p_max_attempts OR coalesce(r.hold, false))
         RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
                   p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
                   r.target, r.target_ref, r.latency_ms
@@ -1465,19 +1506,33 @@ BEGIN
         RAISE EXCEPTION 'outbox.purge: p_max_rows must be between 1 and 1000000, got %', p_max_rows
             USING ERRCODE = '22023';
     END IF;
-    IF p_attempts_older_than < interval '0' OR p_dedupe_older_than < interval '0' OR p_keys_older_than < interval '0' THEN
-        RAISE EXCEPTION 'outbox.purge: retention intervals must not be negative' USING ERRCODE = '22023';
+    -- The archive is the audit trail, and a dedupe key the only guard
+    -- against a producer's retry enqueueing twice: whoever calls this may
+    -- not shorten them below an hour, as the reaper's own settings may not.
+    IF p_attempts_older_than < interval '1 hour' OR p_dedupe_older_than < interval '1 hour'
+       OR p_keys_older_than < interval '1 hour' THEN
+        RAISE EXCEPTION 'outbox.purge: retention must be at least 1 hour (or NULL to keep), got attempts %, dedupe %, keys %',
+            p_attempts_older_than, p_dedupe_older_than, p_keys_older_than USING ERRCODE = '22023';
+    END IF;
+    -- A dedupe key's window counts from its message's delivery or discard,
+    -- read from the archive: the archive must outlive the window.
+    IF p_attempts_older_than < p_dedupe_older_than THEN
+        RAISE EXCEPTION 'outbox.purge: attempts retention (%) must not be shorter than dedupe retention (%): a key''s window counts from its message''s outcome in the archive',
+            p_attempts_older_than, p_dedupe_older_than USING ERRCODE = '22023';
     END IF;
 
     -- A NULL interval leaves that table alone. The history of a message
     -- that is still pending or dead is kept whatever its age: it is what an
-    -- operator reads when deciding what to do with it.
+    -- operator reads when deciding what to do with it. Operators' own
+    -- actions (REPLAYED, DISCARDED) are not the dispatcher's to erase: only
+    -- outbox.purge_audit, an operator's, deletes them.
     IF p_attempts_older_than IS NOT NULL THEN
         PERFORM set_config('outbox.purge_in_progress', 'on', true);
         DELETE FROM outbox.attempts a
         WHERE a.id IN (
             SELECT o.id FROM outbox.attempts o
             WHERE o.created_at < now() - p_attempts_older_than
+              AND o.state NOT IN ('REPLAYED', 'DISCARDED')
               AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id)
               AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id)
             LIMIT p_max_rows);
@@ -1485,8 +1540,14 @@ BEGIN
         PERFORM set_config('outbox.purge_in_progress', 'off', true);
     END IF;
 
-    -- A dedupe key outlives its message only by the retention window; while
-    -- the message is still pending or dead, its key stays.
+    -- A dedupe key outlives its message by the retention window, counted
+    -- from the message's terminal outcome (delivered or discarded), never
+    -- from its enqueue: a message that waited longer than the window (its
+    -- retries, AvailableAt, an outage) keeps its key for the whole window
+    -- after it went. While the message is pending or dead, its key stays.
+    -- The outcome's time is in the archive, which outlives the window (see
+    -- above); the key's own age is a cheap first filter, since no message
+    -- goes before it is enqueued.
     IF p_dedupe_older_than IS NOT NULL THEN
         DELETE FROM outbox.dedupe x
         USING (
@@ -1494,6 +1555,9 @@ BEGIN
             WHERE k.created_at < now() - p_dedupe_older_than
               AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = k.message_id)
               AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = k.message_id)
+              AND NOT EXISTS (SELECT 1 FROM outbox.attempts a
+                              WHERE a.message_id = k.message_id AND a.state IN ('DISPATCHED', 'DISCARDED')
+                                AND a.created_at >= now() - p_dedupe_older_than)
             LIMIT p_max_rows) doomed
         WHERE x.namespace = doomed.namespace AND x.topic = doomed.topic AND x.dedupe_key = doomed.dedupe_key;
         GET DIAGNOSTICS v_dedupe = ROW_COUNT;
@@ -1552,9 +1616,82 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+CREATE FUNCTION outbox.purge_audit(p_older_than interval, p_max_rows int)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- Operators' actions in the archive (REPLAYED, DISCARDED) older than
+-- p_older_than, of messages no longer pending or dead: the audit trail,
+-- which outbox.purge leaves alone and only an operator may shorten.
+DECLARE
+    v_n bigint;
+BEGIN
+    IF p_older_than IS NULL OR p_older_than < interval '1 day' THEN
+        RAISE EXCEPTION 'outbox.purge_audit: the audit trail is kept at least 1 day, got %', p_older_than
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_max_rows IS NULL OR p_max_rows < 1 OR p_max_rows > 1000000 THEN
+        RAISE EXCEPTION 'outbox.purge_audit: p_max_rows must be between 1 and 1000000, got %', p_max_rows
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM set_config('outbox.purge_in_progress', 'on', true);
+    DELETE FROM outbox.attempts a
+    WHERE a.id IN (
+        SELECT o.id FROM outbox.attempts o
+        WHERE o.created_at < now() - p_older_than
+          AND o.state IN ('REPLAYED', 'DISCARDED')
+          AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id)
+          AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id)
+        LIMIT p_max_rows);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    PERFORM set_config('outbox.purge_in_progress', 'off', true);
+    RETURN v_n;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE FUNCTION outbox.grant_namespace(p_role name, p_namespace text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- Confines p_role's members to the namespaces granted to it (this one and
+-- any others): from their next enqueue, any other namespace is refused.
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = p_role) THEN
+        RAISE EXCEPTION 'outbox.grant_namespace: role % does not exist', quote_ident(p_role) USING ERRCODE = '22023';
+    END IF;
+    IF p_namespace IS NULL OR octet_length(p_namespace) > 128 OR p_namespace !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
+        RAISE EXCEPTION 'outbox.grant_namespace: % is not a namespace (1-128 characters of letters, digits and . _ : / -, starting with a letter or digit)',
+            quote_literal(p_namespace) USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO outbox.producer_namespaces (role_name, namespace) VALUES (p_role, p_namespace)
+    ON CONFLICT ON CONSTRAINT producer_namespaces_pkey DO NOTHING;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE FUNCTION outbox.revoke_namespace(p_role name, p_namespace text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- Takes a namespace back from p_role; a role left with none is no longer
+-- confined at all. Returns whether the grant existed.
+BEGIN
+    DELETE FROM outbox.producer_namespaces g WHERE g.role_name = p_role AND g.namespace = p_namespace;
+    RETURN FOUND;
+END;
+$$;
+-- +goose StatementEnd
+
 -- Every new function is the state machine's, not the public's.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
-REVOKE ALL ON outbox.limits, outbox.sequence_floor, outbox.keys, outbox.unsettled_keys FROM PUBLIC;
+REVOKE ALL ON outbox.limits, outbox.sequence_floor, outbox.keys, outbox.unsettled_keys, outbox.producer_namespaces FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     outbox.claim_batch(int, text, int, text[], int, bigint, int),
     outbox.purge(interval, interval, int, interval),
@@ -1563,11 +1700,14 @@ GRANT EXECUTE ON FUNCTION
 TO outbox_dispatcher;
 GRANT EXECUTE ON FUNCTION
     outbox.discard(uuid[], text, text),
+    outbox.purge_audit(interval, int),
+    outbox.grant_namespace(name, text),
+    outbox.revoke_namespace(name, text),
     outbox.stats(),
     outbox.blocked_keys(text, int)
 TO outbox_operator;
 GRANT EXECUTE ON FUNCTION outbox.stats(), outbox.blocked_keys(text, int) TO outbox_reader;
-GRANT SELECT ON outbox.limits TO outbox_operator, outbox_reader;
+GRANT SELECT ON outbox.limits, outbox.producer_namespaces TO outbox_operator, outbox_reader;
 
 -- +goose Down
 -- Back to migration 4: the previous state machine, verbatim from migration 2
@@ -1578,6 +1718,9 @@ GRANT SELECT ON outbox.limits TO outbox_operator, outbox_reader;
 DROP TRIGGER sequences_settle_at_commit ON outbox.sequences;
 DROP FUNCTION outbox.sequences_settle_at_commit();
 DROP FUNCTION outbox.discard(uuid[], text, text);
+DROP FUNCTION outbox.grant_namespace(name, text);
+DROP FUNCTION outbox.revoke_namespace(name, text);
+DROP FUNCTION outbox.purge_audit(interval, int);
 DROP FUNCTION outbox.blocked_keys(text, int);
 DROP FUNCTION outbox.claim_batch(int, text, int, text[], int, bigint, int);
 DROP FUNCTION outbox.stats();
@@ -2246,6 +2389,7 @@ DROP TABLE outbox.sequence_floor;
 DROP TABLE outbox.keys;
 DROP TABLE outbox.unsettled_keys;
 DROP TABLE outbox.limits;
+DROP TABLE outbox.producer_namespaces;
 
 ALTER TABLE outbox.attempts
     DROP COLUMN db_user,

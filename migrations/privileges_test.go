@@ -33,15 +33,15 @@ var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_oper
 var grantedFunctions = map[string][]string{
 	"outbox_producer":   {"enqueue", "enqueue_batch"},
 	"outbox_dispatcher": {"claim_batch", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys"},
-	"outbox_operator":   {"replay_dead", "discard", "stats", "blocked_keys"},
+	"outbox_operator":   {"replay_dead", "discard", "purge_audit", "grant_namespace", "revoke_namespace", "stats", "blocked_keys"},
 	"outbox_reader":     {"stats", "blocked_keys"},
 }
 
 // readableTables are the tables each role may SELECT; no role may do
 // anything else to any table.
 var readableTables = map[string][]string{
-	"outbox_operator": {"pending", "attempts", "dead", "limits"},
-	"outbox_reader":   {"pending", "attempts", "dead", "limits"},
+	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces"},
+	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces"},
 }
 
 type function struct {

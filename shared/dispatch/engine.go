@@ -149,7 +149,10 @@ type Summary struct {
 	// Released counts messages given back untouched: the rest of an
 	// ordered run after a message that was not delivered, and batches the
 	// run claimed but did not publish.
-	Released   int    `json:"released"`
+	Released int `json:"released"`
+	// Held counts the retries (among Retried) of messages held for a
+	// configuration failure: access denied, a missing target or route.
+	Held       int    `json:"held"`
 	DurationMS int64  `json:"duration_ms"`
 	StoppedBy  string `json:"stopped_by"`
 	// Targets breaks the counts down by target type, for metrics.
@@ -185,6 +188,7 @@ func (s *Summary) merge(part *Summary) {
 	s.Dead += part.Dead
 	s.LeaseLost += part.LeaseLost
 	s.Released += part.Released
+	s.Held += part.Held
 	for kind, ts := range part.Targets {
 		into := s.target(kind)
 		into.Delivered += ts.Delivered
@@ -301,7 +305,7 @@ func (r *run) drive() error {
 		r.sum.Batches++
 		r.sum.Claimed += len(batch)
 
-		if r.pastPublishing() {
+		if r.pastPublishing(batch) {
 			// The estimate that let this batch be claimed was wrong: give
 			// it back whole rather than start calls that would be cut off.
 			r.release(batch)
@@ -376,11 +380,22 @@ func (r *run) mayClaim(waitFor time.Duration) string {
 	return ""
 }
 
-// pastPublishing reports whether the publishers' time (the deadline minus
-// the completion reserve) is already over.
-func (r *run) pastPublishing() bool {
+// pastPublishing reports whether the publishers' time for batch (see
+// publishGroups) is already over.
+func (r *run) pastPublishing(batch []lease.Message) bool {
+	if r.ctx.Err() != nil {
+		return true
+	}
 	deadline, ok := r.ctx.Deadline()
-	return r.ctx.Err() != nil || (ok && !r.e.cfg.Clock().Before(deadline.Add(-r.e.cfg.CompletionReserve)))
+	if ok && !r.e.cfg.Clock().Before(deadline.Add(-r.e.cfg.CompletionReserve)) {
+		return true
+	}
+	for i := range batch {
+		if !time.Now().Before(batch[i].LeaseExpiresAt.Add(-r.e.cfg.SafetyMargin)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *run) claim() ([]lease.Message, error) {
@@ -553,17 +568,16 @@ func (e *Engine) refuse(m *lease.Message, rt *route.Route) (publish.Result, bool
 }
 
 // publishGroups publishes each target's messages, several targets at once.
-// Publishers get the invocation's time minus the completion reserve.
+// Publishers get until the earlier of the invocation's deadline minus the
+// completion reserve and the batch's lease expiry minus the safety margin:
+// a call still running when the lease runs out would deliver a message that
+// another worker may already be delivering.
 func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[string][]int, order []string) {
 	if len(order) == 0 {
 		return
 	}
-	publishCtx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		publishCtx, cancel = context.WithDeadline(ctx, deadline.Add(-e.cfg.CompletionReserve))
-		defer cancel()
-	}
+	publishCtx, cancel := context.WithDeadline(ctx, e.publishDeadline(ctx, items))
+	defer cancel()
 	sem := make(chan struct{}, e.cfg.TargetConcurrency)
 	var wg sync.WaitGroup
 	for _, key := range order {
@@ -588,6 +602,23 @@ func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[
 		})
 	}
 	wg.Wait()
+}
+
+// publishDeadline is when a batch's publishing must stop (see
+// publishGroups).
+func (e *Engine) publishDeadline(ctx context.Context, items []pending) time.Time {
+	var until time.Time
+	for i := range items {
+		if t := items[i].msg.LeaseExpiresAt.Add(-e.cfg.SafetyMargin); until.IsZero() || t.Before(until) {
+			until = t
+		}
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		if t := deadline.Add(-e.cfg.CompletionReserve); until.IsZero() || t.Before(until) {
+			until = t
+		}
+	}
+	return until
 }
 
 // publishSafely holds a publisher to its contract: exactly one result per
@@ -673,6 +704,12 @@ func (e *Engine) complete(ctx context.Context, log *slog.Logger, workerID string
 		case results[i].Outcome == lease.Retryable:
 			sum.Retried++
 			ts.Retried++
+			if results[i].Hold {
+				sum.Held++
+				log.Warn("message held: the target is misconfigured, not the message; it is retried until that is fixed",
+					"message_id", it.msg.ID.String(), "namespace", it.msg.Namespace, "topic", it.msg.Topic,
+					"attempt", it.msg.Attempt, "code", results[i].ErrorCode, "error", results[i].ErrorMessage)
+			}
 		default:
 			if c.Status == lease.StatusDoubleDispatch {
 				log.Error("double-delivery backstop fired: the message was already recorded as dispatched, and was delivered again",
@@ -725,6 +762,17 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 		}
 	}
 	res := it.result
+	if (res.Kind == publish.Terminal || res.Kind == publish.Retryable) && configurationFailure[res.Code] &&
+		(it.route == nil || it.route.OnConfigError != route.OnConfigErrorDead) {
+		policy := retry.Default
+		if it.route != nil {
+			policy = it.route.Retry
+		}
+		r.Outcome, r.Hold = lease.Retryable, true
+		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)
+		r.RetryAt = policy.Hold(now, m.Attempt, HoldMaxDelay, e.cfg.Jitter)
+		return r
+	}
 	switch res.Kind {
 	case publish.Delivered:
 		r.Outcome = lease.Dispatched
@@ -754,6 +802,23 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 		return r
 	}
 }
+
+// configurationFailure are the codes of a failure that is the
+// deployment's, not the message's: fixing the configuration (a policy, a
+// topic, a route) is what delivers the message, so it is held (retried
+// without end, with a capped backoff) rather than dead-lettered, unless its
+// route says on_config_error: dead. Dead-lettering every message of a
+// route for an IAM mistake would turn one typo into a bulk replay, and let
+// an ordered key's later messages overtake.
+var configurationFailure = map[publish.Code]bool{
+	publish.CodeAccessDenied:   true,
+	publish.CodeTargetNotFound: true,
+	publish.CodeNoRoute:        true,
+}
+
+// HoldMaxDelay caps the backoff of a message held for a configuration
+// failure: once it is fixed, held messages go within this long.
+const HoldMaxDelay = 5 * time.Minute
 
 // errorText is what the attempts archive and the dead letters record: the
 // error with any connection string or credential masked, since operators

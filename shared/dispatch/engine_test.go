@@ -18,6 +18,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/retry"
 	"github.com/outboxkit/dispatcher/shared/route"
 )
 
@@ -38,28 +39,39 @@ func (t *target) Publish(ctx context.Context, msgs []*lease.Message) []publish.R
 	t.calls++
 	delay, answer := t.delay, t.answer
 	t.mu.Unlock()
-	out := make([]publish.Result, len(msgs))
-	if delay > 0 {
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return publish.Fill(len(msgs), publish.Retry(publish.CodeCanceled, ctx.Err(), 0))
-		}
+	// One message per call, all at once, through the scheduler every real
+	// publisher uses: an ordered key's messages go one after another and
+	// stop at the first that is not delivered.
+	b := publish.Batcher[*lease.Message]{
+		MaxEntries:  1,
+		Concurrency: max(len(msgs), 1),
+		Prepare:     func(m *lease.Message) (*lease.Message, int, *publish.Result) { return m, 0, nil },
+		Call: func(ctx context.Context, _ []*lease.Message, entries []*lease.Message, results []publish.Result) bool {
+			if delay > 0 {
+				select {
+				case <-time.After(delay):
+				case <-ctx.Done():
+					for j := range results {
+						results[j] = publish.Retry(publish.CodeCanceled, ctx.Err(), 0)
+					}
+					return false
+				}
+			}
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			for j, m := range entries {
+				results[j] = publish.Ok("ref-" + m.ID.String()[:8])
+				if answer != nil {
+					results[j] = answer(m)
+				}
+				if results[j].Kind == publish.Delivered {
+					t.delivered[m.ID]++
+				}
+			}
+			return false
+		},
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i, m := range msgs {
-		out[i] = publish.Ok("ref-" + m.ID.String()[:8])
-		if answer != nil {
-			out[i] = answer(m)
-		}
-		// A real publisher times each message's call.
-		out[i].Latency = max(delay, time.Millisecond)
-		if out[i].Kind == publish.Delivered {
-			t.delivered[m.ID]++
-		}
-	}
-	return out
+	return b.Publish(ctx, msgs)
 }
 
 func (t *target) deliveredCount() (distinct, total int) {
@@ -214,8 +226,9 @@ func TestTerminalOutcomesAreDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Dead != 4 || sum.Delivered != 1 {
-		t.Fatalf("summary %+v, want 4 dead and 1 delivered", sum)
+	// The unrouted message is held, not dead: a route may be added for it.
+	if sum.Dead != 3 || sum.Delivered != 1 || sum.Held != 1 {
+		t.Fatalf("summary %+v, want 3 dead, 1 held and 1 delivered", sum)
 	}
 	rows, err := f.db.Pool.Query(context.Background(), `SELECT last_error_code, last_error FROM outbox.dead ORDER BY sequence_id NULLS FIRST, created_at, id`)
 	if err != nil {
@@ -228,7 +241,6 @@ func TestTerminalOutcomesAreDeadLettered(t *testing.T) {
 		got[code] = msg
 	}
 	for code, want := range map[string]string{
-		"NO_ROUTE":          `no route matches namespace "unrouted"`,
 		"PAYLOAD_TOO_LARGE": "over routes[0]'s max_payload_bytes of 2048",
 		"INVALID_PAYLOAD":   "fails routes[0]'s schema",
 		"TARGET_REJECTED":   "unknown tenant",
@@ -545,5 +557,75 @@ func TestRunOverlapsDatabaseCallsWithPublishing(t *testing.T) {
 	}
 	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'DISPATCHED'`); n != 30 {
 		t.Fatalf("%d DISPATCHED attempts, want 30", n)
+	}
+}
+
+// A configuration failure (access denied, a missing target or route) is
+// the deployment's, not the message's: the message is held — retried with
+// a capped backoff, each attempt recorded, never dead-lettered however many
+// attempts it takes, an ordered key's later messages still waiting behind
+// it — unless its route says on_config_error: dead.
+func TestConfigurationFailuresHoldMessages(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.store.AttemptCeiling = 3
+	f.billing.answer = func(*lease.Message) publish.Result {
+		return publish.Fail(publish.CodeAccessDenied, errors.New("AuthorizationError: not authorized to perform sns:Publish"))
+	}
+	f.enqueue(t, 4, func(i int) outbox.Message {
+		m := billingMsg(i)
+		m.OrderingKey = "tenant-1"
+		return m
+	})
+	f.enqueue(t, 1, func(int) outbox.Message {
+		return outbox.Message{Namespace: "unrouted", Topic: "t", Payload: json.RawMessage(`{}`)}
+	})
+	e := f.engine(t, dispatch.Config{OrderedRun: 10})
+	for round := range 6 { // twice the attempt ceiling, and more than the route's max_attempts of 3
+		sum, err := e.Run(context.Background(), dispatch.Request{WorkerID: "w", MaxBatches: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Dead != 0 || sum.Held != 2 || sum.Released != 3 {
+			t.Fatalf("round %d: %+v, want the key's head and the unrouted message held, the key's 3 later messages released", round, sum)
+		}
+		f.db.Pool.Exec(context.Background(), `UPDATE outbox.pending SET next_attempt_at = now()`)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.dead`); n != 0 {
+		t.Fatalf("%d messages dead-lettered for a configuration failure", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'RETRYABLE' AND error_code IN ('ACCESS_DENIED', 'NO_ROUTE')`); n != 12 {
+		t.Fatalf("%d held attempts recorded, want 12 (2 messages, 6 rounds)", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE sequence_id > 1 AND attempt_count > 0`); n != 0 {
+		t.Fatalf("%d later messages of the key were charged an attempt while its head was held", n)
+	}
+
+	// The same route, opting out: dead-lettered as before.
+	table, err := route.Parse([]byte(strings.Replace(routesJSON, `"max_payload_bytes": 2048,`, `"max_payload_bytes": 2048, "on_config_error": "dead",`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.table = table
+	f.db.Pool.Exec(context.Background(), `UPDATE outbox.pending SET next_attempt_at = now()`)
+	sum, err := f.engine(t, dispatch.Config{OrderedRun: 10}).Run(context.Background(), dispatch.Request{WorkerID: "w", MaxBatches: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Dead != 1 || sum.Held != 1 {
+		t.Fatalf("with on_config_error dead: %+v, want the key's head dead and the unrouted message still held", sum)
+	}
+}
+
+// A held message's backoff grows as a retry's but never past HoldMaxDelay,
+// and never runs out.
+func TestHoldBackoffIsCapped(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, attempt := range []int{1, 5, 50, 5000} {
+		at := retry.Default.Hold(now, attempt, dispatch.HoldMaxDelay, nil)
+		if d := at.Sub(now); d <= 0 || d > dispatch.HoldMaxDelay {
+			t.Fatalf("attempt %d held for %s, want within (0, %s]", attempt, d, dispatch.HoldMaxDelay)
+		}
 	}
 }

@@ -200,7 +200,9 @@ func failOnNthAttempt(t *testing.T, pool *pgxpool.Pool, n int, how string) {
 	}
 	for _, stmt := range []string{
 		`CREATE SEQUENCE public.attempt_inserts`,
-		fmt.Sprintf(`CREATE FUNCTION public.fail_nth_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+		// SECURITY DEFINER: the outbox functions that insert run as
+		// outbox_owner, which has no rights on this test's sequence.
+		fmt.Sprintf(`CREATE FUNCTION public.fail_nth_attempt() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 		DECLARE v bigint := nextval('public.attempt_inserts');
 		BEGIN
 			IF v = %d THEN %s END IF;

@@ -254,6 +254,10 @@ type Result struct {
 	// OnDead is the route's policy should this ordered message die now or
 	// later ("": as last reported, skip when never).
 	OnDead OnDead
+	// Hold marks a Retryable outcome of a configuration failure (access
+	// denied, a missing target or route): the message is retried without
+	// end and never dead-lettered at the attempt ceiling.
+	Hold bool
 }
 
 // Status is what the database did with one Result.
@@ -294,6 +298,7 @@ type resultDoc struct {
 	LatencyMS    int64      `json:"latency_ms"`
 	RetryAt      *time.Time `json:"retry_at,omitempty"`
 	OnDead       OnDead     `json:"on_dead,omitempty"`
+	Hold         bool       `json:"hold,omitempty"`
 }
 
 const completeBatchSQL = `SELECT id, status FROM outbox.complete_batch($1, $2::jsonb, $3)`
@@ -311,7 +316,7 @@ func (s *Store) CompleteBatch(ctx context.Context, workerID string, results []Re
 		docs[i] = resultDoc{
 			ID: r.ID, LeaseToken: r.LeaseToken, Outcome: r.Outcome,
 			ErrorCode: r.ErrorCode, ErrorMessage: r.ErrorMessage,
-			Target: r.Target, TargetRef: r.TargetRef, LatencyMS: r.Latency.Milliseconds(), OnDead: r.OnDead,
+			Target: r.Target, TargetRef: r.TargetRef, LatencyMS: r.Latency.Milliseconds(), OnDead: r.OnDead, Hold: r.Hold,
 		}
 		if !r.RetryAt.IsZero() {
 			t := r.RetryAt

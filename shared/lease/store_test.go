@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +66,27 @@ func makeDue(t testing.TB, pool *pgxpool.Pool, ids ...uuid.UUID) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(), `UPDATE outbox.pending SET next_attempt_at = now() WHERE id = ANY($1)`, ids); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// age moves every timestamp of the archive and the dedupe keys back by d,
+// as if that long had passed (the archive's append-only trigger is set
+// aside for it: only this test's superuser can).
+func age(t testing.TB, pool *pgxpool.Pool, d time.Duration) {
+	t.Helper()
+	for _, stmt := range []string{
+		`ALTER TABLE outbox.attempts DISABLE TRIGGER attempts_append_only`,
+		`UPDATE outbox.attempts SET created_at = created_at - $1::interval`,
+		`ALTER TABLE outbox.attempts ENABLE TRIGGER attempts_append_only`,
+		`UPDATE outbox.dedupe SET created_at = created_at - $1::interval`,
+	} {
+		var args []any
+		if strings.Contains(stmt, "$1") {
+			args = []any{d}
+		}
+		if _, err := pool.Exec(context.Background(), stmt, args...); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
 	}
 }
 
@@ -716,8 +738,8 @@ func TestStatsAndPurge(t *testing.T) {
 		t.Fatalf("oldest age %f", s.OldestPendingAgeSeconds)
 	}
 
-	time.Sleep(20 * time.Millisecond)
-	res, err := store.Purge(ctx, lease.PurgeParams{AttemptsOlderThan: time.Millisecond, DedupeOlderThan: time.Millisecond, MaxRows: 1000})
+	age(t, db.Pool, 2*time.Hour)
+	res, err := store.Purge(ctx, lease.PurgeParams{AttemptsOlderThan: time.Hour, DedupeOlderThan: time.Hour, MaxRows: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -731,6 +753,10 @@ func TestStatsAndPurge(t *testing.T) {
 	}
 	if _, err := store.Purge(ctx, lease.PurgeParams{AttemptsOlderThan: -time.Second, MaxRows: 10}); !errors.Is(err, lease.ErrInvalidArgument) {
 		t.Fatalf("negative retention: %v", err)
+	}
+	// The database holds any caller to the floor the reaper's settings have.
+	if _, err := store.Purge(ctx, lease.PurgeParams{AttemptsOlderThan: time.Minute, MaxRows: 10}); !errors.Is(err, lease.ErrInvalidArgument) {
+		t.Fatalf("a retention under an hour: %v, want refused", err)
 	}
 }
 

@@ -99,3 +99,16 @@ func (p Policy) Next(now time.Time, attempt int, retryAfter time.Duration, jitte
 	}
 	return now.Add(delay), nil
 }
+
+// Hold returns when to try again a message held for a configuration failure
+// (an access denial, a missing target): such a failure is not the
+// message's, so its attempts never run out, and the backoff grows as for
+// any retry but never past limit. Half the delay is fixed, half jittered,
+// so that a held message is not retried in a tight loop.
+func (p Policy) Hold(now time.Time, attempt int, limit time.Duration, jitter Jitter) time.Time {
+	if jitter == nil {
+		jitter = FullJitter
+	}
+	d := min(p.Ceiling(attempt), limit)
+	return now.Add(d/2 + jitter(d-d/2))
+}

@@ -79,6 +79,7 @@
 //	routes[].retry.max_delay             duration      default 15m
 //	routes[].max_payload_bytes           integer       default sns 262144 (256 KiB); eventbridge 262144 (256 KiB); http 1048576 (1 MiB); lambda 1048576 (1 MiB)
 //	routes[].on_dead                     string        default skip
+//	routes[].on_config_error             string        default hold
 //	routes[].schema                      JSON Schema
 //
 // A duration is a Go duration string: "500ms", "30s", "15m", "1h30m".
@@ -114,6 +115,15 @@
 //     first) or discarded by an operator with a reason. Payment and billing
 //     streams, where a later message must never overtake an earlier one,
 //     want "park".
+//   - on_config_error: what a configuration failure of the target does to
+//     a message: ACCESS_DENIED (IAM, a KMS key policy, a topic, bus or
+//     function policy, missing or expired credentials) and TARGET_NOT_FOUND
+//     (the topic, bus or function does not exist). Such a failure is not
+//     the message's: "hold" (the default) retries it without end, the
+//     backoff capped at 5m, each attempt recorded, and the dispatch
+//     function's Held metric alarms; an ordered key's later messages keep
+//     waiting. "dead" dead-letters it, as every other terminal failure.
+//     A message no route matches (NO_ROUTE) is always held.
 //   - schema: a JSON Schema (an object, or true/false) that each payload
 //     must satisfy; a payload that fails is dead-lettered as INVALID_PAYLOAD
 //     without a call, with the broken rules and their locations as the

@@ -204,6 +204,7 @@ type routeConfig struct {
 	MaxPayloadBytes *int            `json:"max_payload_bytes"`
 	Schema          json.RawMessage `json:"schema"`
 	OnDead          *string         `json:"on_dead"`
+	OnConfigError   *string         `json:"on_config_error"`
 }
 
 type matchConfig struct {

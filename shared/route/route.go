@@ -19,6 +19,12 @@ const (
 	OnDeadPark = "park"
 )
 
+// The on_config_error policies.
+const (
+	OnConfigErrorHold = "hold"
+	OnConfigErrorDead = "dead"
+)
+
 // The target types.
 const (
 	TypeSNS         = "sns"
@@ -145,6 +151,11 @@ type Route struct {
 	// dies (on_dead): OnDeadSkip lets the key's next message go, OnDeadPark
 	// holds the key until the dead message is replayed or discarded.
 	OnDead string
+	// OnConfigError is what a configuration failure of the target (access
+	// denied, the target missing) does to a message (on_config_error):
+	// OnConfigErrorHold retries it without end, with a capped backoff;
+	// OnConfigErrorDead dead-letters it.
+	OnConfigError string
 
 	schema *jsonschema.Schema
 }

@@ -177,6 +177,16 @@ func buildRoute(i int, rc *routeConfig, ps *problems) (r *Route, matchOK bool) {
 		}
 	}
 
+	r.OnConfigError = OnConfigErrorHold
+	if rc.OnConfigError != nil {
+		switch v := *rc.OnConfigError; v {
+		case OnConfigErrorHold, OnConfigErrorDead:
+			r.OnConfigError = v
+		default:
+			ps.add(p+".on_config_error", "must be %q or %q, got %s", OnConfigErrorHold, OnConfigErrorDead, truncateQuoted(v))
+		}
+	}
+
 	if len(rc.Schema) > 0 && string(rc.Schema) != "null" {
 		sch, canonical, err := compileSchema(rc.Schema, i)
 		if err != nil {

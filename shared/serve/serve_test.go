@@ -364,3 +364,63 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("New accepted no dispatcher")
 	}
 }
+
+// A long-lived server bounds each batch's publishing by the batch's lease:
+// with a 2 s lease and a target that takes 4 s, a call is cut off before
+// the lease runs out and the message retried, so it is never in flight from
+// two servers at once and no lease expires under a server that still holds
+// it (no ZOMBIE_REQUEUE, no completion refused as lease lost).
+func TestServeBoundsPublishingByTheLease(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+		calls          int
+	)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read the body: only then does the server watch the connection,
+		// and r.Context() end when the caller gives up.
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		inFlight++
+		calls++
+		most = max(most, inFlight)
+		mu.Unlock()
+		defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+		select {
+		case <-time.After(4 * time.Second):
+			w.WriteHeader(http.StatusNoContent)
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	env := environment(db, &testSink{Server: slow}, map[string]string{
+		"OUTBOX_LEASE":         "2s",
+		"OUTBOX_SAFETY_MARGIN": "1s",
+		"OUTBOX_ROUTES": fmt.Sprintf(`{"routes":[{"match":{"namespace":"billing","topic":"*"},
+			"target":{"type":"http","url":%q,"signing_secret_env":"SINK_SECRET","timeout":"30s"},
+			"retry":{"max_attempts":50,"base_delay":"0s","max_delay":"100ms"}}]}`, slow.URL+"/usage"),
+	})
+	for _, worker := range []string{"serve-a", "serve-b"} {
+		start(t, env, serve.Config{WorkerID: worker, PollInterval: 100 * time.Millisecond, ReaperInterval: 200 * time.Millisecond})
+	}
+	enqueue(t, db.Pool, message("slow-1"))
+	time.Sleep(7 * time.Second)
+
+	mu.Lock()
+	gotMost, gotCalls := most, calls
+	mu.Unlock()
+	if gotCalls < 2 {
+		t.Fatalf("%d calls in 7s: the servers did not retry the cut-off call", gotCalls)
+	}
+	if gotMost > 1 {
+		t.Errorf("the message was in flight %d times at once", gotMost)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'ZOMBIE_REQUEUE'`); n != 0 {
+		t.Errorf("%d leases expired under a server still delivering (ZOMBIE_REQUEUE)", n)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'RETRYABLE'`); n < gotCalls-2 {
+		t.Errorf("%d retryable outcomes recorded for %d calls: completions were refused", n, gotCalls)
+	}
+}

@@ -80,6 +80,7 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 	handler.Put(m, "DeadLettered", float64(summary.Dead), emf.Count)
 	handler.Put(m, "LeaseLost", float64(summary.LeaseLost), emf.Count)
 	handler.Put(m, "Released", float64(summary.Released), emf.Count)
+	handler.Put(m, "Held", float64(summary.Held), emf.Count)
 	handler.Put(m, "Batches", float64(summary.Batches), emf.Count)
 	handler.Put(m, "RunDuration", float64(summary.DurationMS), emf.Milliseconds)
 	for kind, ts := range summary.Targets {
@@ -95,7 +96,7 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 	attrs := []any{
 		"worker_id", summary.WorkerID, "batches", summary.Batches, "claimed", summary.Claimed,
 		"delivered", summary.Delivered, "retried", summary.Retried, "dead", summary.Dead,
-		"lease_lost", summary.LeaseLost, "released", summary.Released, "duration_ms", summary.DurationMS, "stopped_by", summary.StoppedBy,
+		"lease_lost", summary.LeaseLost, "released", summary.Released, "held", summary.Held, "duration_ms", summary.DurationMS, "stopped_by", summary.StoppedBy,
 	}
 	if err != nil {
 		log.Error("dispatch failed", append(attrs, "error", err.Error())...)
