@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strconv"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/migrations"
@@ -18,11 +22,18 @@ func newMigrateCommand(g *globalOptions) *cobra.Command {
 Migrations create schema outbox, its functions and the NOLOGIN roles
 outbox_producer, outbox_dispatcher, outbox_operator and outbox_reader. Applied
 versions are recorded in public.outbox_schema_migrations; an advisory lock
-serialises concurrent migrators. Applying twice is a no-op.`,
+serialises concurrent migrators. Applying twice is a no-op.
+
+Rolling back migration 1 drops schema outbox with every pending message,
+dead letter and archived attempt in it. So while the outbox holds messages
+(pending or dead), migrate down lists what it would roll back and how many
+messages and attempts are there, and refuses (exit 2) unless --yes is given.
+An empty outbox is rolled back without asking.`,
 		Example: `  outboxctl migrate up
   outboxctl migrate status --database-url postgres://admin@db:5432/app
-  outboxctl migrate down            # roll back the latest migration
-  outboxctl migrate down --to 0     # remove the outbox entirely`,
+  outboxctl migrate down                # roll back the latest migration
+  outboxctl migrate down --to 0         # remove the outbox entirely, if it holds no messages
+  outboxctl migrate down --to 0 --yes   # remove it with the messages still in it`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -63,24 +74,46 @@ serialises concurrent migrators. Applying twice is a no-op.`,
 		},
 	}
 
-	var to string
+	var (
+		to  string
+		yes bool
+	)
 	down := &cobra.Command{
 		Use:   "down",
-		Short: "Roll back the latest migration, or every one above --to",
-		Args:  cobra.NoArgs,
+		Short: "Roll back the latest migration, or every one above --to (--yes if messages wait)",
+		Long: `Roll back the latest applied migration, or with --to every applied one above
+that version (--to 0 removes the outbox: schema outbox and its data).
+
+While the outbox holds messages (rows in outbox.pending or outbox.dead), it
+prints how many pending messages, dead letters and archived attempts there
+are and the migrations it would roll back, and refuses with exit status 2
+unless --yes is given. An empty outbox is rolled back without asking.`,
+		Example: `  outboxctl migrate down                # the latest migration
+  outboxctl migrate down --to 0         # remove the outbox, if it holds no messages
+  outboxctl migrate down --to 0 --yes   # remove it with its messages`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := open()
-			if err != nil {
-				return err
-			}
-			defer m.Close()
-			var rolledBack []migrations.Result
+			target := int64(-1) // one step
 			if to != "" {
 				version, perr := strconv.ParseInt(to, 10, 64)
 				if perr != nil || version < 0 {
 					return usagef("--to must be a migration version (0 or more), got %q", to)
 				}
-				rolledBack, err = m.DownTo(cmd.Context(), version)
+				target = version
+			}
+			m, err := open()
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			if !yes {
+				if err := refuseWhileMessagesWait(cmd.Context(), cmd.OutOrStdout(), m, g, target); err != nil {
+					return err
+				}
+			}
+			var rolledBack []migrations.Result
+			if target >= 0 {
+				rolledBack, err = m.DownTo(cmd.Context(), target)
 			} else {
 				rolledBack, err = m.Down(cmd.Context())
 			}
@@ -97,6 +130,7 @@ serialises concurrent migrators. Applying twice is a no-op.`,
 		},
 	}
 	down.Flags().StringVar(&to, "to", "", "roll back every migration above this version (0: all)")
+	down.Flags().BoolVar(&yes, "yes", false, "roll back even while the outbox holds pending messages or dead letters")
 
 	status := &cobra.Command{
 		Use:   "status",
@@ -124,4 +158,97 @@ serialises concurrent migrators. Applying twice is a no-op.`,
 	}
 	cmd.AddCommand(up, down, status)
 	return cmd
+}
+
+// countTimeout bounds counting the outbox before a rollback: count(*) reads
+// the whole of a deep backlog.
+const countTimeout = time.Minute
+
+// outboxCounts is what a rollback of schema outbox would drop.
+type outboxCounts struct{ pending, dead, attempts int64 }
+
+// refuseWhileMessagesWait is migrate down's confirmation: when the
+// rollback would touch an outbox that holds pending messages or dead
+// letters, it prints the counts and the migrations it would roll back, and
+// refuses as a usage error. target is --to, or -1 for one step.
+func refuseWhileMessagesWait(ctx context.Context, w io.Writer, m *migrations.Migrator, g *globalOptions, target int64) error {
+	plan, err := rollbackPlan(ctx, m, target)
+	if err != nil || len(plan) == 0 {
+		return err // with nothing to roll back, the migrator says so
+	}
+	dbURL, err := g.database()
+	if err != nil {
+		return err
+	}
+	n, err := countOutbox(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	if n.pending == 0 && n.dead == 0 {
+		return nil
+	}
+	held := fmt.Sprintf("%s pending message%s, %s dead letter%s and %s archived attempt%s",
+		count(n.pending), plural(int(n.pending)), count(n.dead), plural(int(n.dead)), count(n.attempts), plural(int(n.attempts)))
+	fmt.Fprintf(w, "the outbox holds %s\n", held)
+	fmt.Fprintln(w, "migrate down would roll back:")
+	for _, s := range plan {
+		note := ""
+		if s.Version == 1 {
+			note = "  (drops schema outbox, and the messages with it)"
+		}
+		fmt.Fprintf(w, "  %s%s\n", s.Source, note)
+	}
+	return usagef("refusing to roll back while the outbox holds %s: pass --yes to roll back anyway", held)
+}
+
+// rollbackPlan is what migrate down would roll back, newest first: the
+// latest applied migration for one step (target -1), else every applied
+// one above target.
+func rollbackPlan(ctx context.Context, m *migrations.Migrator, target int64) ([]migrations.Status, error) {
+	states, err := m.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var plan []migrations.Status
+	for i := len(states) - 1; i >= 0; i-- {
+		s := states[i]
+		if !s.Applied || (target >= 0 && s.Version <= target) {
+			continue
+		}
+		plan = append(plan, s)
+		if target < 0 {
+			break
+		}
+	}
+	return plan, nil
+}
+
+// countOutbox counts the messages and archived attempts in schema outbox
+// (none if there is no such schema), on the migrator's database.
+func countOutbox(ctx context.Context, dbURL string) (outboxCounts, error) {
+	ctx, cancel := context.WithTimeout(ctx, countTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return outboxCounts{}, fmt.Errorf("count the outbox's messages: connect to %s: %w", redact(dbURL), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n outboxCounts
+	for _, c := range []struct {
+		table string
+		into  *int64
+	}{{"outbox.pending", &n.pending}, {"outbox.dead", &n.dead}, {"outbox.attempts", &n.attempts}} {
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, c.table).Scan(&exists); err != nil {
+			return outboxCounts{}, fmt.Errorf("count the outbox's messages: %w", err)
+		}
+		if !exists {
+			continue
+		}
+		// c.table is one of the constants above, never input.
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+c.table).Scan(c.into); err != nil {
+			return outboxCounts{}, fmt.Errorf("count %s: %w", c.table, err)
+		}
+	}
+	return n, nil
 }

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/outboxkit/dispatcher/shared/pgtest"
+)
+
+// outboxSchemaExists reports whether schema outbox is still there.
+func outboxSchemaExists(t *testing.T, d *pgtest.DB) bool {
+	t.Helper()
+	return countRows(t, d.Pool, `SELECT count(*) FROM pg_namespace WHERE nspname = 'outbox'`) == 1
+}
+
+// allApplied fails the test unless migrate status lists every migration as
+// applied: nothing was rolled back.
+func allApplied(t *testing.T, env invocation, after string) {
+	t.Helper()
+	r := cli(t, env, "migrate", "status")
+	r.wantOK(t, "migrate status after "+after, "applied  00001")
+	if strings.Contains(r.out, "pending") {
+		t.Errorf("after %s, migrations were rolled back:\n%s", after, r.out)
+	}
+}
+
+// migrate down drops schema outbox (at --to 0) with every message in it, so
+// while messages wait it wants --yes, as replay does.
+func TestMigrateDownRefusesWhileTheOutboxHoldsMessages(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	for i := range 3 {
+		enqueueMessages(t, d.Pool, usageMessage(i))
+	}
+	deadLetters(t, d, 1)
+	attempts := countRows(t, d.Pool, `SELECT count(*) FROM outbox.attempts`)
+	if attempts == 0 {
+		t.Fatal("a dead letter without an archived attempt: the test needs one")
+	}
+	counts := []string{"2 pending messages", "1 dead letter", fmt.Sprintf("%d archived attempt", attempts)}
+
+	for _, args := range [][]string{{"migrate", "down", "--to", "0"}, {"migrate", "down"}} {
+		name := strings.Join(args, " ")
+		r := cli(t, env, args...)
+		r.wantError(t, name, 2, "pass --yes")
+		for _, want := range append(counts, "would roll back") {
+			if !strings.Contains(r.out, want) {
+				t.Errorf("%s: the refusal does not say %q:\n%s", name, want, r.out)
+			}
+		}
+		allApplied(t, env, "a refused "+name)
+		if n := countRows(t, d.Pool, `SELECT count(*) FROM outbox.pending`); n != 2 {
+			t.Fatalf("after a refused %s, %d pending messages, want 2", name, n)
+		}
+	}
+	r := cli(t, env, "migrate", "down", "--to", "0")
+	for _, want := range []string{"00001_outbox_tables.sql", "00006_outbox_owner.sql"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("migrate down --to 0: the refusal does not list %s among the migrations it would roll back:\n%s", want, r.out)
+		}
+	}
+
+	cli(t, env, "migrate", "down", "--to", "0", "--yes").
+		wantOK(t, "migrate down --to 0 --yes", "rolled back 00001_outbox_tables.sql")
+	if outboxSchemaExists(t, d) {
+		t.Error("schema outbox survived migrate down --to 0 --yes")
+	}
+}
+
+// Dead letters alone are messages too.
+func TestMigrateDownRefusesWhileDeadLettersWait(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	for i := range 2 {
+		enqueueMessages(t, d.Pool, usageMessage(i))
+	}
+	deadLetters(t, d, 2)
+	r := cli(t, env, "migrate", "down")
+	r.wantError(t, "migrate down", 2, "pass --yes")
+	if !strings.Contains(r.out, "0 pending messages") || !strings.Contains(r.out, "2 dead letters") {
+		t.Errorf("migrate down: the refusal does not count the dead letters:\n%s", r.out)
+	}
+	allApplied(t, env, "a refused migrate down")
+}
+
+func TestMigrateDownOfAnEmptyOutboxNeedsNoConfirmation(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	cli(t, env, "migrate", "down").wantOK(t, "migrate down", "rolled back ")
+	cli(t, env, "migrate", "down", "--to", "0").wantOK(t, "migrate down --to 0", "rolled back 00001_outbox_tables.sql")
+	if outboxSchemaExists(t, d) {
+		t.Error("schema outbox survived migrate down --to 0")
+	}
+	// Without schema outbox there is nothing to count, nor to roll back.
+	cli(t, env, "migrate", "down", "--to", "0").wantOK(t, "migrate down --to 0, again", "nothing to roll back")
+	cli(t, env, "migrate", "down").wantOK(t, "migrate down, with nothing applied", "nothing to roll back")
+}
