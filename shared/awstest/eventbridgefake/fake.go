@@ -18,7 +18,10 @@
 // conformance suite puts one in every payload), or by any [Matcher].
 //
 // Only PutEvents is implemented; anything else is answered with
-// UnknownOperationException.
+// UnknownOperationException. Like EventBridge, the fake refuses a request
+// without a SigV4 Authorization header (one a client without credentials
+// sends) with 403 MissingAuthenticationTokenException; it does not verify
+// the signature.
 package eventbridgefake
 
 import (
@@ -340,6 +343,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.inFlight--
 		s.mu.Unlock()
 	}()
+	if !signed(r) {
+		// EventBridge checks the signature before it reads the request.
+		writeError(w, http.StatusForbidden, "MissingAuthenticationTokenException", "Missing Authentication Token")
+		return
+	}
 
 	// Reading the request is part of the latency, as it is for the real
 	// service; so is all the work that does not change the fake's state.
@@ -551,6 +559,14 @@ func isJSONObject(s string) bool {
 func epochTime(sec float64) time.Time {
 	whole, frac := math.Modf(sec)
 	return time.Unix(int64(whole), int64(math.Round(frac*1e3))*int64(time.Millisecond)).UTC()
+}
+
+// signed reports whether r carries a SigV4 (or SigV4a, which PutEvents to
+// a global endpoint uses) Authorization header, as every request of a
+// client with credentials does.
+func signed(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	return strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") || strings.HasPrefix(auth, "AWS4-ECDSA-P256-SHA256 ")
 }
 
 // writeError answers an error as AWS JSON 1.1 services do.

@@ -227,3 +227,23 @@ func TestCallIDsListEveryRequest(t *testing.T) {
 		t.Errorf("%d received, want the first call's 2", n)
 	}
 }
+
+// A client without credentials sends its request unsigned; the fake
+// refuses it, as EventBridge does, before reading it.
+func TestRefusesUnsignedRequests(t *testing.T) {
+	fake := eventbridgefake.New(t)
+	cfg := fake.Config()
+	cfg.Credentials = nil
+	_, err := eventbridge.NewFromConfig(cfg).PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []types.PutEventsRequestEntry{entry(`{}`)}})
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "MissingAuthenticationTokenException" {
+		t.Fatalf("error %v, want API error MissingAuthenticationTokenException", err)
+	}
+	var respErr *awshttp.ResponseError
+	if !errors.As(err, &respErr) || respErr.HTTPStatusCode() != 403 {
+		t.Errorf("error %v, want HTTP status 403", err)
+	}
+	if n := len(fake.Received()); n != 0 {
+		t.Errorf("%d entries of an unsigned call accepted", n)
+	}
+}

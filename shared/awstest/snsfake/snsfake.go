@@ -29,6 +29,10 @@
 // (service/sns deserializers.go) and the requests it parses against the
 // SDK's serializers.
 //
+// Like SNS, the fake refuses a request without a SigV4 Authorization header
+// (one a client without credentials sends) with 403
+// MissingAuthenticationToken; it does not verify the signature.
+//
 // Messages are identified by their "outbox.id" message attribute, or, for
 // messages without one, by the "msg_id" field of the payload (which the
 // publisher conformance suite puts in every payload).
@@ -42,6 +46,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -371,6 +376,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 
+	if !signed(r) {
+		// SNS checks the signature before it reads the request.
+		s.record(Call{}, http.StatusForbidden, "MissingAuthenticationToken")
+		writeError(w, http.StatusForbidden, "MissingAuthenticationToken", "Request is missing Authentication Token", requestID)
+		return
+	}
 	req, werr := parseRequest(r)
 	if werr != nil {
 		s.record(Call{}, werr.status, werr.code)
@@ -515,6 +526,13 @@ func (s *Server) newID() string {
 	copy(id[:8], s.idPrefix[:])
 	binary.BigEndian.PutUint64(id[8:], s.idCounter.Add(1))
 	return id.String()
+}
+
+// signed reports whether r carries a SigV4 (or SigV4a) Authorization
+// header, as every request of a client with credentials does.
+func signed(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	return strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") || strings.HasPrefix(auth, "AWS4-ECDSA-P256-SHA256 ")
 }
 
 func dropConnection(w http.ResponseWriter) {

@@ -381,3 +381,29 @@ func TestCallIDsListEveryRequest(t *testing.T) {
 		t.Errorf("CallIDs %v, want [[%s %s] [%s]]", got, a, b, c)
 	}
 }
+
+// A client without credentials sends its request unsigned; the fake
+// refuses it, as SNS does, before reading it.
+func TestRefusesUnsignedRequests(t *testing.T) {
+	t.Parallel()
+	fake := snsfake.New(t)
+	cfg := fake.Config()
+	cfg.Credentials = nil
+	_, err := sns.NewFromConfig(cfg, func(o *sns.Options) { o.Retryer = aws.NopRetryer{} }).PublishBatch(context.Background(), &sns.PublishBatchInput{
+		TopicArn: aws.String(snsfake.TopicARN("orders")), PublishBatchRequestEntries: []types.PublishBatchRequestEntry{entry("0", uuid.New(), "{}")},
+	})
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "MissingAuthenticationToken" {
+		t.Fatalf("error %v, want API error MissingAuthenticationToken", err)
+	}
+	var respErr *awshttp.ResponseError
+	if !errors.As(err, &respErr) || respErr.HTTPStatusCode() != http.StatusForbidden {
+		t.Errorf("error %v, want HTTP status 403", err)
+	}
+	if len(fake.Received()) != 0 {
+		t.Error("an unsigned call's entries were received")
+	}
+	if calls := fake.Calls(); len(calls) != 1 || calls[0].Status != http.StatusForbidden || calls[0].Code != "MissingAuthenticationToken" {
+		t.Errorf("calls %+v, want the one refused", calls)
+	}
+}

@@ -1,19 +1,53 @@
 package eventbridge
 
+// This file is the one place where AWS error codes, per-entry error codes
+// and HTTP statuses become results. Nothing is decided from an error's text.
+//
+// # Configuration-class failures
+//
+// These say that the dispatcher's own setup is wrong, not the message: no
+// message gets through until an operator fixes it, and every message does
+// once it is fixed. They have two codes, whatever shape the failure takes:
+//
+//	ACCESS_DENIED      no credentials, or credentials EventBridge will not
+//	                   take, or an identity that may not put events on the bus:
+//	  - the SDK could not get credentials at all (awserr.CredentialsUnavailable:
+//	    none configured, instance metadata or the container endpoint
+//	    unreachable or without a role, STS refusing the role); nothing was
+//	    sent — retryable
+//	  - ExpiredTokenException, ExpiredToken, RequestExpired — retryable
+//	  - UnrecognizedClientException, InvalidClientTokenId,
+//	    InvalidSignatureException, SignatureDoesNotMatch, IncompleteSignature,
+//	    AuthFailure, MissingAuthenticationToken(Exception) (an unsigned
+//	    request), AccessDeniedException, AccessDenied (IAM or the bus's
+//	    resource policy), NotAuthorized, NotAuthorizedForSourceException,
+//	    NotAuthorizedForDetailTypeException, OptInRequired, and
+//	    KMSAccessDeniedException, KMSDisabledException,
+//	    KMSInvalidStateException, KMSNotFoundException (the bus's key) —
+//	    terminal, for a whole call or one entry
+//	  - an answer without a known code, HTTP 401 or 403 — retryable
+//	TARGET_NOT_FOUND   no such bus: ResourceNotFoundException,
+//	                   InvalidAccountIdException — terminal; an answer
+//	                   without a known code, HTTP 404 — retryable
+//
+// Both are decided from the SDK's error types and EventBridge's error codes
+// (then the HTTP status), never from an error's text, and are the same
+// codes the SNS and Lambda publishers give the same failures. The kind each
+// carries is this package's; what the engine does with a
+// configuration-class code is the engine's decision.
+
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 )
-
-// This file is the one place where AWS error codes, per-entry error codes
-// and HTTP statuses become results. Nothing is decided from an error's text.
 
 // outcome is a Result without its error.
 type outcome struct {
@@ -76,6 +110,7 @@ var errorCodes = map[string]outcome{
 	// letters to be replayed after the fix.
 	"AccessDeniedException":               denied,
 	"AccessDenied":                        denied,
+	"AuthFailure":                         denied,
 	"UnrecognizedClientException":         denied,
 	"InvalidClientTokenId":                denied,
 	"InvalidSignatureException":           denied,
@@ -124,6 +159,12 @@ func classifyEntry(errorCode, errorMessage string) publish.Result {
 // parent is the Publish's context, to tell the call's own timeout (TIMEOUT)
 // from the invocation's end (CANCELED). In order:
 //
+//  0. credentials that could not be had (awserr.CredentialsUnavailable):
+//     retryable ACCESS_DENIED, since a credential source (IMDS, the
+//     container endpoint, STS) recovers — or CANCELED when the invocation
+//     ended meanwhile. Nothing was sent, and whatever code or status err
+//     carries is the credential source's, not EventBridge's, so this comes
+//     before everything else;
 //  1. an AWS error code in the table decides, whatever else happened: the
 //     service answered, so that answer is the truth;
 //  2. the call's timeout or the invocation's end: publish.ContextResult;
@@ -134,14 +175,18 @@ func classifyEntry(errorCode, errorMessage string) publish.Result {
 //     route's retry ceiling bounds the cost: 401 and 403 ACCESS_DENIED, 404
 //     TARGET_NOT_FOUND, other 4xx TARGET_REJECTED, and a 2xx or 3xx whose
 //     body could not be read TARGET_5XX;
-//  4. credentials that could not be had (the signer's error): retryable
-//     ACCESS_DENIED, since a credential source (IMDS, the container
-//     endpoint, STS) recovers;
-//  5. the SDK refusing the input before sending it (our bug, deterministic):
+//  4. the SDK refusing the input before sending it (our bug, deterministic):
 //     terminal INVALID_PAYLOAD;
-//  6. anything else got no usable answer — a refused, reset or dropped
+//  5. anything else got no usable answer — a refused, reset or dropped
 //     connection, or an error this table does not know: retryable NETWORK.
 func classifyCall(parent context.Context, err error) publish.Result {
+	if awserr.CredentialsUnavailable(err) {
+		if parent.Err() != nil {
+			r, _ := publish.ContextResult(parent, err)
+			return r
+		}
+		return retryDenied.result(fmt.Errorf("eventbridge: no credentials to sign the call with: %w", err))
+	}
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
 		if o, ok := errorCodes[apiErr.ErrorCode()]; ok {
@@ -156,10 +201,6 @@ func classifyCall(parent context.Context, err error) publish.Result {
 	var respErr *awshttp.ResponseError
 	if errors.As(err, &respErr) && respErr.HTTPStatusCode() > 0 {
 		return byStatus(respErr.HTTPStatusCode()).result(err)
-	}
-	var signErr *v4.SigningError
-	if errors.As(err, &signErr) {
-		return retryDenied.result(err)
 	}
 	var paramsErr smithy.InvalidParamsError
 	var serErr *smithy.SerializationError

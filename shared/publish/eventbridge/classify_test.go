@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -25,18 +26,39 @@ func operation(err error) error {
 }
 
 // answered is the SDK's error for an HTTP answer with status whose body
-// the protocol decoded into apiErr (nil: a body it could not decode).
-func answered(status int, apiErr error) error {
+// the protocol decoded into apiErr (nil: a body it could not decode). The
+// SDK wraps whatever happens once a request is sent — a failed connection
+// (status 0) too — in the operation's response error.
+func answered(status int, apiErr error) error { return operation(response(status, apiErr)) }
+
+func response(status int, apiErr error) error {
 	if apiErr == nil {
 		apiErr = &smithy.DeserializationError{Err: errors.New("unexpected end of JSON input")}
 	}
-	return operation(&awshttp.ResponseError{
+	return &awshttp.ResponseError{
 		ResponseError: &smithyhttp.ResponseError{
 			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}},
 			Err:      apiErr,
 		},
 		RequestID: "req-1",
+	}
+}
+
+// noCredentials is the SDK's error for a call it could not sign: the
+// credential provider's error, wrapped by the identity step (in text only)
+// and by the retryer.
+func noCredentials(providerErr error) error {
+	return operation(&retry.MaxAttemptsError{
+		Attempt: 1, Err: fmt.Errorf("get identity: get credentials: failed to refresh cached credentials, %w", providerErr),
 	})
+}
+
+// metadataError is the instance metadata client's error for an answer of
+// status: no role (404), or a token refused (403).
+func metadataError(status int) error {
+	return &smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata", Err: &smithyhttp.ResponseError{
+		Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}}, Err: errors.New("request to EC2 IMDS failed"),
+	}}
 }
 
 func generic(code string) error { return &smithy.GenericAPIError{Code: code, Message: "m"} }
@@ -57,12 +79,14 @@ func TestClassifyCall(t *testing.T) {
 		// Modelled and common AWS error codes decide first.
 		{"ThrottlingException", live, answered(400, &types.ThrottlingException{}), publish.Retryable, publish.CodeThrottled},
 		{"LimitExceededException", live, answered(400, &types.LimitExceededException{}), publish.Retryable, publish.CodeThrottled},
-		{"throttling after the SDK's last attempt", live, operation(&retry.MaxAttemptsError{Attempt: 3, Err: answered(400, generic("ThrottlingException"))}), publish.Retryable, publish.CodeThrottled},
+		{"throttling after the SDK's last attempt", live, operation(&retry.MaxAttemptsError{Attempt: 3, Err: response(400, generic("ThrottlingException"))}), publish.Retryable, publish.CodeThrottled},
 		{"InternalException", live, answered(500, &types.InternalException{}), publish.Retryable, publish.CodeTarget5xx},
 		{"InternalFailure", live, answered(500, generic("InternalFailure")), publish.Retryable, publish.CodeTarget5xx},
 		{"ServiceUnavailable", live, answered(503, generic("ServiceUnavailable")), publish.Retryable, publish.CodeTarget5xx},
 		{"AccessDeniedException", live, answered(400, &types.AccessDeniedException{}), publish.Terminal, publish.CodeAccessDenied},
 		{"UnrecognizedClientException", live, answered(400, generic("UnrecognizedClientException")), publish.Terminal, publish.CodeAccessDenied},
+		{"AuthFailure", live, answered(401, generic("AuthFailure")), publish.Terminal, publish.CodeAccessDenied},
+		{"MissingAuthenticationTokenException", live, answered(403, generic("MissingAuthenticationTokenException")), publish.Terminal, publish.CodeAccessDenied},
 		{"InvalidSignatureException", live, answered(403, generic("InvalidSignatureException")), publish.Terminal, publish.CodeAccessDenied},
 		{"ExpiredTokenException", live, answered(400, generic("ExpiredTokenException")), publish.Retryable, publish.CodeAccessDenied},
 		{"ResourceNotFoundException", live, answered(400, &types.ResourceNotFoundException{}), publish.Terminal, publish.CodeTargetNotFound},
@@ -73,7 +97,7 @@ func TestClassifyCall(t *testing.T) {
 
 		// Then the context.
 		{"the call's timeout", live, operation(&smithy.CanceledError{Err: context.DeadlineExceeded}), publish.Retryable, publish.CodeTimeout},
-		{"the call's timeout reading the answer", live, operation(&smithyhttp.RequestSendError{Err: fmt.Errorf("read: %w", context.DeadlineExceeded)}), publish.Retryable, publish.CodeTimeout},
+		{"the call's timeout reading the answer", live, answered(0, &smithyhttp.RequestSendError{Err: fmt.Errorf("read: %w", context.DeadlineExceeded)}), publish.Retryable, publish.CodeTimeout},
 		{"the invocation's end", ended, operation(&smithy.CanceledError{Err: context.Canceled}), publish.Retryable, publish.CodeCanceled},
 		{"the invocation's end during SDK back-off", ended, operation(&aws.RequestCanceledError{Err: context.Canceled}), publish.Retryable, publish.CodeCanceled},
 
@@ -88,13 +112,26 @@ func TestClassifyCall(t *testing.T) {
 		{"400 with an unknown code", live, answered(400, generic("BrandNewException")), publish.Retryable, publish.CodeTargetRejected},
 		{"200 with an unreadable body", live, answered(200, nil), publish.Retryable, publish.CodeTarget5xx},
 
+		// No credentials, first: whatever the credential source said,
+		// nothing was sent.
+		{"legacy signer without credentials", live, operation(&v4.SigningError{Err: errors.New("failed to retrieve credentials")}), publish.Retryable, publish.CodeAccessDenied},
+		{"instance metadata without a role", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), publish.Retryable, publish.CodeAccessDenied},
+		{"instance metadata refusing", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(403))), publish.Retryable, publish.CodeAccessDenied},
+		{"instance metadata unreachable", live, noCredentials(&smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata",
+			Err: &smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}}), publish.Retryable, publish.CodeAccessDenied},
+		{"STS refusing the role", live, noCredentials(&smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRole",
+			Err: response(403, generic("AccessDenied"))}), publish.Retryable, publish.CodeAccessDenied},
+		{"container endpoint's own error", live, noCredentials(generic("ResourceNotFoundException")), publish.Retryable, publish.CodeAccessDenied},
+		{"container endpoint unreachable", live, noCredentials(&smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, publish.CodeAccessDenied},
+		{"empty static keys", live, noCredentials(&credentials.StaticCredentialsEmptyError{}), publish.Retryable, publish.CodeAccessDenied},
+		{"no credentials as the invocation ends", ended, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), publish.Retryable, publish.CodeCanceled},
+		{"a provider's own error", live, noCredentials(errors.New("vault unreachable")), publish.Retryable, publish.CodeNetwork},
+
 		// Then errors with no answer at all.
-		{"credentials unavailable", live, operation(&v4.SigningError{Err: errors.New("failed to retrieve credentials")}), publish.Retryable, publish.CodeAccessDenied},
 		{"input refused by the SDK", live, operation(smithy.InvalidParamsError{Context: "PutEventsInput"}), publish.Terminal, publish.CodeInvalidPayload},
 		{"request not serialisable", live, operation(&smithy.SerializationError{Err: errors.New("x")}), publish.Terminal, publish.CodeInvalidPayload},
-		{"connection refused", live, operation(&smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, publish.CodeNetwork},
-		{"connection refused, as the SDK wraps it", live, answered(0, &smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, publish.CodeNetwork},
-		{"connection reset", live, operation(&smithyhttp.RequestSendError{Err: syscall.ECONNRESET}), publish.Retryable, publish.CodeNetwork},
+		{"connection refused", live, answered(0, &smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, publish.CodeNetwork},
+		{"connection reset", live, answered(0, &smithyhttp.RequestSendError{Err: syscall.ECONNRESET}), publish.Retryable, publish.CodeNetwork},
 		{"unknown", live, errors.New("something nobody expected"), publish.Retryable, publish.CodeNetwork},
 	}
 	for _, c := range cases {
@@ -126,6 +163,9 @@ func TestClassifyEntry(t *testing.T) {
 		{"RedactionFailure", publish.Terminal, publish.CodeTargetRejected},
 		{"NotAuthorizedForSourceException", publish.Terminal, publish.CodeAccessDenied},
 		{"NotAuthorizedForDetailTypeException", publish.Terminal, publish.CodeAccessDenied},
+		{"UnrecognizedClientException", publish.Terminal, publish.CodeAccessDenied},
+		{"AuthFailure", publish.Terminal, publish.CodeAccessDenied},
+		{"ExpiredTokenException", publish.Retryable, publish.CodeAccessDenied},
 		// KMS on an encrypted bus, and the bus itself.
 		{"KMSAccessDeniedException", publish.Terminal, publish.CodeAccessDenied},
 		{"KMSDisabledException", publish.Terminal, publish.CodeAccessDenied},

@@ -1,5 +1,40 @@
 package lambdainvoke
 
+// This file is the one place where an invocation's outcome — the Invoke
+// API's error, or the function's answer — becomes a Result.
+//
+// # Configuration-class failures
+//
+// These say that the dispatcher's own setup is wrong, not the message: no
+// message gets through until an operator fixes it, and every message does
+// once it is fixed. They have two codes, whatever shape the failure takes:
+//
+//	ACCESS_DENIED      no credentials, or credentials Lambda will not take,
+//	                   or an identity that may not invoke the function:
+//	  - the SDK could not get credentials at all (awserr.CredentialsUnavailable:
+//	    none configured, instance metadata or the container endpoint
+//	    unreachable or without a role, STS refusing the role); nothing was
+//	    sent — retryable
+//	  - ExpiredTokenException, ExpiredToken, RequestExpired — retryable
+//	  - UnrecognizedClientException, InvalidClientTokenId,
+//	    InvalidSignatureException, SignatureDoesNotMatch, IncompleteSignature,
+//	    AuthFailure, MissingAuthenticationTokenException (an unsigned
+//	    request), AccessDeniedException (IAM or the function's resource
+//	    policy), AccessDenied, NotAuthorized, OptInRequired,
+//	    EC2AccessDeniedException, and KMSAccessDeniedException,
+//	    KMSDisabledException, KMSInvalidStateException, KMSNotFoundException
+//	    (the function's key) — terminal
+//	  - an answer without a known code, HTTP 401 or 403 — terminal
+//	TARGET_NOT_FOUND   no such function, version or alias:
+//	                   ResourceNotFoundException, or an answer without a
+//	                   known code, HTTP 404 — terminal
+//
+// Both are decided from the SDK's error types and the Invoke API's error
+// codes (then the HTTP status), never from an error's text, and are the
+// same codes the SNS and EventBridge publishers give the same failures. The
+// kind each carries is this package's; what the engine does with a
+// configuration-class code is the engine's decision.
+
 import (
 	"bytes"
 	"context"
@@ -20,6 +55,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 	"github.com/outboxkit/dispatcher/shared/retry"
 )
 
@@ -62,9 +98,9 @@ const terminalErrorType = "TerminalError"
 // snippetBytes bounds the text of a plugin's error kept in a result.
 const snippetBytes = 512
 
-// classify is the one place where an invocation's outcome becomes a
-// Result: the Invoke API's error, or the function's answer. parent is
-// Publish's context: its end is the caller's, not the call timeout's.
+// classify turns an invocation's outcome into a Result: the Invoke API's
+// error, or the function's answer. parent is Publish's context: its end is
+// the caller's, not the call timeout's.
 func (p *Publisher) classify(parent context.Context, out *lambda.InvokeOutput, err error) publish.Result {
 	if err != nil {
 		return p.classifyError(parent, err)
@@ -79,6 +115,18 @@ func (p *Publisher) classify(parent context.Context, out *lambda.InvokeOutput, e
 }
 
 func (p *Publisher) classifyError(parent context.Context, err error) publish.Result {
+	// No credentials: nothing was sent, and any code or status in err is a
+	// credential source's (the instance metadata's 404, STS's AccessDenied),
+	// not Lambda's. Retryable, since a credential source recovers — unless
+	// the invocation ended meanwhile, which is the truer answer.
+	if awserr.CredentialsUnavailable(err) {
+		if parent.Err() != nil {
+			r, _ := publish.ContextResult(parent, err)
+			r.Err = p.errorf("%w", r.Err)
+			return r
+		}
+		return publish.Retry(publish.CodeAccessDenied, p.errorf("no credentials to sign the call with: %w", err), 0)
+	}
 	wrapped := p.errorf("%w", err)
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
@@ -124,8 +172,20 @@ func classifyAPIError(code string, status int, header http.Header, err error) pu
 		return publish.Retry(publish.CodeTarget5xx, err, wait)
 	case "ResourceNotFoundException":
 		return publish.Fail(publish.CodeTargetNotFound, err)
-	case "AccessDeniedException", "EC2AccessDeniedException",
+	case "ExpiredTokenException", "ExpiredToken", "RequestExpired":
+		// Credentials that aged out (a session token past expiry, a
+		// request signed too long ago): the SDK's credential cache
+		// refreshes and corrects its clock skew, and a new invocation has
+		// new credentials, so it is retried, as the SNS and EventBridge
+		// publishers retry it.
+		return publish.Retry(publish.CodeAccessDenied, err, wait)
+	case "AccessDeniedException", "AccessDenied", "EC2AccessDeniedException",
+		"UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "SignatureDoesNotMatch",
+		"IncompleteSignature", "AuthFailure", "MissingAuthenticationTokenException", "MissingAuthenticationToken",
+		"NotAuthorized", "OptInRequired",
 		"KMSAccessDeniedException", "KMSDisabledException", "KMSInvalidStateException", "KMSNotFoundException":
+		// Credentials that are not valid, or an identity that may not
+		// invoke the function, whatever status they come with.
 		return publish.Fail(publish.CodeAccessDenied, err)
 	case "RequestTooLargeException", "SerializedRequestEntityTooLargeException":
 		return publish.Fail(publish.CodePayloadTooLarge, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/smithy-go"
@@ -25,6 +26,21 @@ func sdkError(status int, header http.Header, err error) error {
 			Err:      err,
 		},
 		RequestID: "req-1",
+	}}
+}
+
+// noCredentials is the SDK's error for a call it could not sign: the
+// credential provider's error, wrapped by the identity step (in text only).
+func noCredentials(providerErr error) error {
+	return &smithy.OperationError{ServiceID: "Lambda", OperationName: "Invoke",
+		Err: fmt.Errorf("get identity: get credentials: failed to refresh cached credentials, %w", providerErr)}
+}
+
+// metadataError is the instance metadata client's error for an answer of
+// status: no role (404), or a token refused (403).
+func metadataError(status int) error {
+	return &smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata", Err: &smithyhttp.ResponseError{
+		Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}}, Err: errors.New("request to EC2 IMDS failed"),
 	}}
 }
 
@@ -59,6 +75,29 @@ func TestClassify(t *testing.T) {
 			publish.Retryable, publish.CodeTarget5xx, 0},
 		{"an API error beats an ended context", ended, nil, sdkError(404, nil, &types.ResourceNotFoundException{}),
 			publish.Terminal, publish.CodeTargetNotFound, 0},
+		{"expired token, whatever the status", alive, nil, sdkError(400, nil, &smithy.GenericAPIError{Code: "ExpiredTokenException"}),
+			publish.Retryable, publish.CodeAccessDenied, 0},
+		{"unrecognized client, whatever the status", alive, nil, sdkError(400, nil, &smithy.GenericAPIError{Code: "UnrecognizedClientException"}),
+			publish.Terminal, publish.CodeAccessDenied, 0},
+		{"unsigned", alive, nil, sdkError(403, nil, &smithy.GenericAPIError{Code: "MissingAuthenticationTokenException"}),
+			publish.Terminal, publish.CodeAccessDenied, 0},
+
+		// No credentials: whatever the credential source said, nothing
+		// was sent.
+		{"instance metadata without a role", alive, nil, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))),
+			publish.Retryable, publish.CodeAccessDenied, 0},
+		{"instance metadata refusing", alive, nil, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(403))),
+			publish.Retryable, publish.CodeAccessDenied, 0},
+		{"STS refusing the role", alive, nil, noCredentials(&smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRole",
+			Err: sdkError(403, nil, &smithy.GenericAPIError{Code: "AccessDenied"})}), publish.Retryable, publish.CodeAccessDenied, 0},
+		{"container endpoint unreachable", alive, nil, noCredentials(&smithyhttp.RequestSendError{Err: errors.New("connection refused")}),
+			publish.Retryable, publish.CodeAccessDenied, 0},
+		{"empty static keys", alive, nil, noCredentials(&credentials.StaticCredentialsEmptyError{}),
+			publish.Retryable, publish.CodeAccessDenied, 0},
+		{"no credentials as the invocation ends", ended, nil, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))),
+			publish.Retryable, publish.CodeCanceled, 0},
+		{"a provider's own error", alive, nil, noCredentials(errors.New("vault unreachable")),
+			publish.Retryable, publish.CodeNetwork, 0},
 		{"call timeout", alive, nil, fmt.Errorf("operation error Lambda: Invoke: %w", context.DeadlineExceeded),
 			publish.Retryable, publish.CodeTimeout, 0},
 		{"caller ended", ended, nil, fmt.Errorf("operation error Lambda: Invoke: %w", context.Canceled),

@@ -56,8 +56,12 @@
 //	ResourceConflictException, SnapStart*, EFS*, ENI/subnet
 //	limits, and other errors of the function's environment  retryable TARGET_5XX
 //	ResourceNotFoundException, 404                          terminal  TARGET_NOT_FOUND
-//	AccessDeniedException, KMS*Exception,
-//	EC2AccessDeniedException, 401, 403                      terminal  ACCESS_DENIED
+//	no credentials to sign with (awserr.CredentialsUnavailable:
+//	none configured, or instance metadata/STS/SSO failed),
+//	ExpiredTokenException, ExpiredToken, RequestExpired     retryable ACCESS_DENIED
+//	AccessDeniedException, KMS*Exception, EC2AccessDenied-
+//	Exception, UnrecognizedClientException, InvalidSignature-
+//	Exception, MissingAuthenticationTokenException, 401, 403 terminal  ACCESS_DENIED
 //	RequestTooLargeException, 413                           terminal  PAYLOAD_TOO_LARGE
 //	InvalidRequestContentException, UnsupportedMediaType    terminal  INVALID_PAYLOAD
 //	other 4xx                                               terminal  TARGET_REJECTED

@@ -1,5 +1,37 @@
 package sns
 
+// This file is the one place where SNS's answers become our codes.
+//
+// # Configuration-class failures
+//
+// These say that the dispatcher's own setup is wrong, not the message: no
+// message gets through until an operator fixes it, and every message does
+// once it is fixed. They have two codes, whatever shape the failure takes:
+//
+//	ACCESS_DENIED      no credentials, or credentials SNS will not take, or
+//	                   an identity that may not publish to the topic:
+//	  - the SDK could not get credentials at all (awserr.CredentialsUnavailable:
+//	    none configured, instance metadata or the container endpoint
+//	    unreachable or without a role, STS refusing the role); nothing was
+//	    sent — retryable
+//	  - ExpiredToken, ExpiredTokenException, RequestExpired — retryable
+//	  - InvalidClientTokenId, UnrecognizedClientException, InvalidSignatureException,
+//	    SignatureDoesNotMatch, IncompleteSignature, AuthFailure,
+//	    MissingAuthenticationToken(Exception) (an unsigned request),
+//	    AccessDenied(Exception), AuthorizationError (IAM or the topic
+//	    policy), NotAuthorized, InvalidSecurity, OptInRequired, and KMS's
+//	    KMSAccessDenied, KMSDisabled, KMSInvalidState, KMSNotFound,
+//	    KMSOptInRequired (the topic's key) — terminal
+//	  - an answer without a known code, HTTP 401 or 403 — retryable
+//	TARGET_NOT_FOUND   no such topic: NotFound, NotFoundException — terminal;
+//	                   an answer without a known code, HTTP 404 — retryable
+//
+// Both are decided from the SDK's error types and SNS's error codes (then
+// the HTTP status), never from an error's text, and are the same codes the
+// EventBridge and Lambda publishers give the same failures. The kind each
+// carries is this package's; what the engine does with a
+// configuration-class code is the engine's decision.
+
 import (
 	"context"
 	"errors"
@@ -15,9 +47,8 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 )
-
-// This file is the one place where SNS's answers become our codes.
 
 // EntryError is SNS's refusal of one entry of a PublishBatch call, from the
 // answer's Failed list.
@@ -84,9 +115,12 @@ var (
 	// for these would turn a transient credential hiccup into an operator's
 	// replay; the attempt ceiling still ends a persistent one.
 	credentialRefreshCodes = codeSet("ExpiredToken", "ExpiredTokenException", "RequestExpired")
-	accessDeniedCodes      = codeSet("AuthorizationError", "AccessDenied", "AccessDeniedException",
-		"InvalidClientTokenId", "SignatureDoesNotMatch", "IncompleteSignature", "MissingAuthenticationToken",
-		"UnrecognizedClientException", "InvalidSecurity", "OptInRequired",
+	// Credentials that are not valid (in the query protocol's spelling and
+	// the JSON protocols'), or an identity that may not publish there.
+	accessDeniedCodes = codeSet("AuthorizationError", "AccessDenied", "AccessDeniedException",
+		"InvalidClientTokenId", "UnrecognizedClientException", "SignatureDoesNotMatch", "InvalidSignatureException",
+		"IncompleteSignature", "MissingAuthenticationToken", "MissingAuthenticationTokenException", "AuthFailure",
+		"NotAuthorized", "InvalidSecurity", "OptInRequired",
 		"KMSAccessDenied", "KMSDisabled", "KMSInvalidState", "KMSNotFound", "KMSOptInRequired")
 	notFoundCodes = codeSet("NotFound", "NotFoundException")
 	// SNS answers these for the whole request when it cannot validate one
@@ -117,14 +151,18 @@ func codeSet(codes ...string) map[string]bool {
 //	InvalidParameter, InvalidParameterValue, …           terminal   INVALID_PAYLOAD    yes
 //	BatchRequestTooLong                                  terminal   PAYLOAD_TOO_LARGE  yes
 //	any other code, SenderFault true                     terminal   TARGET_REJECTED
-//	any other code or status, whole call                 retryable  TARGET_REJECTED (4xx)
+//	any other code or status, whole call                 retryable  ACCESS_DENIED (401, 403)
+//	                                                                TARGET_NOT_FOUND (404)
+//	                                                                TARGET_REJECTED (other 4xx)
 //	                                                                TARGET_5XX (otherwise)
 //
 // An unknown whole-call error is retryable on purpose: a lost message is
 // lost money, a retried one costs an attempt, and the attempt ceiling ends a
 // persistent one in the dead-letter queue anyway. TARGET_REJECTED tells the
 // operator SNS refused the call (the error carries SNS's code); TARGET_5XX
-// that the answer was not understood.
+// that the answer was not understood. A 401, 403 or 404 with a code this
+// table does not know is still a denial or a missing topic, as it is for
+// the EventBridge and Lambda publishers.
 func classify(f failure) verdict {
 	switch {
 	case throttlingCodes[f.code] || f.status == http.StatusTooManyRequests:
@@ -143,6 +181,10 @@ func classify(f failure) verdict {
 		return verdict{kind: publish.Terminal, code: publish.CodePayloadTooLarge, isolate: true}
 	case f.side == sideSender:
 		return verdict{kind: publish.Terminal, code: publish.CodeTargetRejected}
+	case f.status == http.StatusUnauthorized || f.status == http.StatusForbidden:
+		return verdict{kind: publish.Retryable, code: publish.CodeAccessDenied}
+	case f.status == http.StatusNotFound:
+		return verdict{kind: publish.Retryable, code: publish.CodeTargetNotFound}
 	case f.status >= 400:
 		return verdict{kind: publish.Retryable, code: publish.CodeTargetRejected}
 	default:
@@ -173,6 +215,17 @@ func entryResult(e types.BatchResultErrorEntry) publish.Result {
 // isolate asks for the batch to be split (see verdict).
 func callResult(parent context.Context, err error) (res publish.Result, isolate bool) {
 	err = fmt.Errorf("sns: PublishBatch: %w", err)
+	// No credentials: nothing was sent, and any code or status in err is a
+	// credential source's (the instance metadata's 404, STS's AccessDenied),
+	// not SNS's. Retryable, since a credential source recovers — unless
+	// the invocation ended meanwhile, which is the truer answer.
+	if awserr.CredentialsUnavailable(err) {
+		if parent.Err() != nil {
+			r, _ := publish.ContextResult(parent, err)
+			return r, false
+		}
+		return publish.Retry(publish.CodeAccessDenied, fmt.Errorf("sns: no credentials to sign the call with: %w", err), 0), false
+	}
 	var f failure
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -62,6 +64,14 @@ func TestClassify(t *testing.T) {
 		{failure{code: "AccessDeniedException", status: 400}, terminal, publish.CodeAccessDenied, false},
 		{failure{code: "InvalidClientTokenId", status: 403}, terminal, publish.CodeAccessDenied, false},
 		{failure{code: "SignatureDoesNotMatch", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "UnrecognizedClientException", status: 400}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "InvalidSignatureException", status: 400}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "IncompleteSignature", status: 400}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "AuthFailure", status: 401}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "MissingAuthenticationToken", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "MissingAuthenticationTokenException", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "NotAuthorized", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "OptInRequired", status: 403}, terminal, publish.CodeAccessDenied, false},
 		{failure{code: "InvalidSecurity", status: 403}, terminal, publish.CodeAccessDenied, false},
 		{failure{code: "KMSAccessDenied", status: 400}, terminal, publish.CodeAccessDenied, false},
 		{failure{code: "KMSDisabled", status: 400}, terminal, publish.CodeAccessDenied, false},
@@ -70,6 +80,7 @@ func TestClassify(t *testing.T) {
 		{failure{code: "KMSOptInRequired", status: 403}, terminal, publish.CodeAccessDenied, false},
 		// No such topic.
 		{failure{code: "NotFound", status: 404}, terminal, publish.CodeTargetNotFound, false},
+		{failure{code: "NotFoundException", status: 404}, terminal, publish.CodeTargetNotFound, false},
 		// The request is invalid because of some entry in it: isolate it.
 		{failure{code: "InvalidParameter", status: 400}, terminal, publish.CodeInvalidPayload, true},
 		{failure{code: "InvalidParameterValue", status: 400}, terminal, publish.CodeInvalidPayload, true},
@@ -79,7 +90,11 @@ func TestClassify(t *testing.T) {
 		// Unknown whole-call errors are retryable.
 		{failure{code: "SomethingNew", status: 400}, retryable, publish.CodeTargetRejected, false},
 		{failure{code: "TooManyEntriesInBatchRequest", status: 400}, retryable, publish.CodeTargetRejected, false},
-		{failure{status: 403}, retryable, publish.CodeTargetRejected, false},
+		{failure{status: 403}, retryable, publish.CodeAccessDenied, false},
+		{failure{status: 401}, retryable, publish.CodeAccessDenied, false},
+		{failure{code: "SomethingNew", status: 403}, retryable, publish.CodeAccessDenied, false},
+		{failure{status: 404}, retryable, publish.CodeTargetNotFound, false},
+		{failure{code: "SomethingNew", status: 404}, retryable, publish.CodeTargetNotFound, false},
 		{failure{status: 200}, retryable, publish.CodeTarget5xx, false},
 		{failure{}, retryable, publish.CodeTarget5xx, false},
 		// Entries: SenderFault decides what the code does not.
@@ -117,8 +132,28 @@ func statusError(status int, err error) error {
 	}}
 }
 
+// sendError is the SDK's error for a call that got no answer: the
+// transport's failure in a RequestSendError, in a response error of
+// status 0.
 func sendError(err error) error {
-	return &smithy.OperationError{ServiceID: "SNS", OperationName: "PublishBatch", Err: &smithyhttp.RequestSendError{Err: err}}
+	return statusError(0, &smithyhttp.RequestSendError{Err: err})
+}
+
+// noCredentials is the SDK's error for a call it could not sign: the
+// credential provider's error, wrapped by the identity step (in text only)
+// and by the retryer, which tried twice.
+func noCredentials(providerErr error) error {
+	return &smithy.OperationError{ServiceID: "SNS", OperationName: "PublishBatch", Err: &retry.MaxAttemptsError{
+		Attempt: 2, Err: fmt.Errorf("get identity: get credentials: failed to refresh cached credentials, %w", providerErr),
+	}}
+}
+
+// metadataError is the instance metadata client's error for an answer of
+// status: no role (404), or a token refused (403).
+func metadataError(status int) error {
+	return &smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata", Err: &smithyhttp.ResponseError{
+		Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}}, Err: errors.New("request to EC2 IMDS failed"),
+	}}
 }
 
 // callResult reads the facts out of the errors the SDK really returns.
@@ -137,7 +172,7 @@ func TestCallResult(t *testing.T) {
 	}{
 		{"throttled", live, apiError(400, "Throttling"), retryable, publish.CodeThrottled, false},
 		{"429 without a code", live, statusError(429, errors.New("garbled")), retryable, publish.CodeThrottled, false},
-		{"typed exception", live, &smithy.OperationError{Err: &types.AuthorizationErrorException{Message: aws.String("no")}}, terminal, publish.CodeAccessDenied, false},
+		{"typed exception", live, statusError(403, &types.AuthorizationErrorException{Message: aws.String("no")}), terminal, publish.CodeAccessDenied, false},
 		{"not found", live, apiError(404, "NotFound"), terminal, publish.CodeTargetNotFound, false},
 		{"invalid parameter", live, apiError(400, "InvalidParameter"), terminal, publish.CodeInvalidPayload, true},
 		{"500 garbled", live, statusError(500, errors.New("xml: syntax error")), retryable, publish.CodeTarget5xx, false},
@@ -153,6 +188,24 @@ func TestCallResult(t *testing.T) {
 		{"body cut short on a 200", live, statusError(200, io.ErrUnexpectedEOF), retryable, publish.CodeNetwork, false},
 		{"garbled 200", live, statusError(200, &smithy.DeserializationError{Err: errors.New("bad xml")}), retryable, publish.CodeTarget5xx, false},
 		{"unknown", live, errors.New("something else"), retryable, publish.CodeTarget5xx, false},
+
+		// No credentials: whatever the credential source said, nothing was
+		// sent, and the code is ACCESS_DENIED.
+		{"instance metadata without a role", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), retryable, publish.CodeAccessDenied, false},
+		{"instance metadata refusing", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(403))), retryable, publish.CodeAccessDenied, false},
+		{"instance metadata unreachable", live, noCredentials(&smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata",
+			Err: &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}}), retryable, publish.CodeAccessDenied, false},
+		{"instance metadata timing out", live, noCredentials(&smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata",
+			Err: &smithyhttp.RequestSendError{Err: timeoutError{}}}), retryable, publish.CodeAccessDenied, false},
+		{"STS refusing the role", live, noCredentials(&smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRoleWithWebIdentity",
+			Err: &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 400}},
+				Err: &smithy.GenericAPIError{Code: "InvalidIdentityToken"}}}}), retryable, publish.CodeAccessDenied, false},
+		{"container endpoint's own error", live, noCredentials(&smithy.GenericAPIError{Code: "Throttling"}), retryable, publish.CodeAccessDenied, false},
+		{"container endpoint unreachable", live, noCredentials(&smithyhttp.RequestSendError{Err: io.EOF}), retryable, publish.CodeAccessDenied, false},
+		{"empty static keys", live, noCredentials(&credentials.StaticCredentialsEmptyError{}), retryable, publish.CodeAccessDenied, false},
+		{"no credentials as the invocation ends", ended, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), retryable, publish.CodeCanceled, false},
+		// What the SDK does not wrap in a type is not a credential failure.
+		{"a provider's own error", live, noCredentials(errors.New("vault unreachable")), retryable, publish.CodeTarget5xx, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, isolate := callResult(tc.parent, tc.err)
@@ -181,3 +234,10 @@ func TestEntryResult(t *testing.T) {
 		t.Errorf("InternalError without sender fault: %s %s", r.Kind, r.Code)
 	}
 }
+
+// timeoutError is a net.Error that timed out, as a dial or a read does.
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }

@@ -92,10 +92,16 @@
 //	                                              → retryable THROTTLED
 //	InternalError, InternalFailure, ServiceUnavailable, HTTP 5xx,
 //	  an entry with SenderFault false             → retryable TARGET_5XX
+//	no credentials to sign with (awserr.
+//	  CredentialsUnavailable: none configured, or
+//	  instance metadata/STS/SSO failed)           → retryable ACCESS_DENIED
 //	ExpiredToken, RequestExpired                  → retryable ACCESS_DENIED
 //	AuthorizationError, AccessDenied(Exception), InvalidClientTokenId,
-//	  SignatureDoesNotMatch, KMSAccessDenied, KMSDisabled, KMSInvalidState,
-//	  KMSNotFound, KMSOptInRequired, …            → terminal ACCESS_DENIED
+//	  SignatureDoesNotMatch, InvalidSignature,
+//	  MissingAuthenticationToken, AuthFailure,
+//	  NotAuthorized, OptInRequired, KMSAccessDenied,
+//	  KMSDisabled, KMSInvalidState, KMSNotFound,
+//	  KMSOptInRequired, …                         → terminal ACCESS_DENIED
 //	NotFound (no such topic)                      → terminal TARGET_NOT_FOUND
 //	InvalidParameter, InvalidParameterValue       → terminal INVALID_PAYLOAD
 //	BatchRequestTooLong                           → terminal PAYLOAD_TOO_LARGE
@@ -103,6 +109,8 @@
 //	the call's Timeout                            → retryable TIMEOUT
 //	the invocation's context                      → retryable CANCELED
 //	refused, reset, EOF, DNS                      → retryable NETWORK
+//	no known code on a call, HTTP 401 or 403      → retryable ACCESS_DENIED
+//	no known code on a call, HTTP 404             → retryable TARGET_NOT_FOUND
 //	another code on a call (4xx)                  → retryable TARGET_REJECTED
 //	anything else                                 → retryable TARGET_5XX
 //
