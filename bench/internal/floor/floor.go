@@ -2,7 +2,7 @@
 // completion statements that outbox.claim_batch and outbox.complete_batch
 // run inside, sent straight over the wire protocol with no function, no
 // JSON document and no decoding of the rows — a loop that only hands each
-// claimed batch's ids and lease tokens back. Its rate is the floor the
+// claimed batch's ids and lease token back. Its rate is the floor the
 // dispatch engine can approach; the gap is overhead the project owns.
 package floor
 
@@ -19,42 +19,51 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 )
 
-// ClaimSQL is claim_batch's statement: due, unleased rows in
-// (next_attempt_at, id) order, locked with SKIP LOCKED and leased with a
-// fresh token, every column a dispatcher needs returned.
-const ClaimSQL = `WITH candidate AS (
+// ClaimSQL is what outbox.claim_batch (migrations/00005_ordered_runs.sql)
+// runs for unordered traffic, as one statement: the heads scan — unleased
+// rows that are not queued behind an earlier message of their ordering key
+// (`lease_token IS NULL AND NOT behind`, the predicate of the partial index
+// pending_claimable), due, in (next_attempt_at, id) order, locked with SKIP
+// LOCKED — picks the ids, and the lease is written by primary key (= ANY of
+// the picked ids), under one fresh lease token for the whole claim, with
+// every column a dispatcher needs returned. What the function adds and this
+// leaves out is its contract, not the state transition: the argument
+// checks, the probe of outbox.unsettled_keys, the runs behind ordered heads
+// (none here: the workload is unordered, so the function's followers are
+// empty), the window that bounds the claim's payload bytes, and the payload
+// left out above the largest a route may send.
+const ClaimSQL = `WITH heads AS (
     SELECT p.id
     FROM outbox.pending p
     WHERE p.lease_token IS NULL
+      AND NOT p.behind
       AND p.next_attempt_at <= now()
-      AND (p.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM outbox.pending head
-            WHERE head.ordering_key = p.ordering_key AND head.sequence_id < p.sequence_id))
     ORDER BY p.next_attempt_at, p.id
     LIMIT $2
     FOR UPDATE OF p SKIP LOCKED
 )
 UPDATE outbox.pending p
-SET claimed_by = $1, lease_token = gen_random_uuid(),
+SET claimed_by = $1, lease_token = (SELECT gen_random_uuid()),
     lease_expires_at = now() + interval '5 minutes', attempt_count = p.attempt_count + 1
-FROM candidate c
-WHERE p.id = c.id
+WHERE p.id = ANY (ARRAY(SELECT h.id FROM heads h))
 RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
           p.payload, p.headers, p.trace_header, p.attempt_count, p.lease_token,
-          p.lease_expires_at, p.created_at`
+          p.lease_expires_at, p.created_at, p.payload_bytes`
 
 // CompleteSQL is complete_batch's DISPATCHED path: delete each row still
-// leased to this worker, under a token of this batch and not expired, and
-// append its attempt. Ids and tokens come as two arrays instead of a JSON
-// document. Both are matched with = ANY, so that the primary key drives the
-// delete and each row's token is a hash probe: a join with unnest() of the
-// arrays is planned from statistics gathered while nothing was leased
-// (claimed_by all NULL) and loops over the whole batch for every row. Lease
-// tokens are random UUIDs, one per row and claim, so a row matches only
-// under its own token, as with complete_batch's pairwise check.
+// leased to this worker under the claim's token and not expired, and append
+// its attempt, as complete_batch's archive statement does (a second
+// DISPATCHED of one message is not archived: ON CONFLICT on
+// attempts_one_dispatched_per_message). Ids come as an array instead of a
+// JSON document, matched with = ANY so that the primary key drives the
+// delete: a join with unnest() of the array is planned from statistics
+// gathered while nothing was leased (claimed_by all NULL) and loops over the
+// whole batch for every row. A claim leases all its rows under one token,
+// so the fence is one token, as complete_batch's per-result check is when
+// every result carries its claim's token.
 const CompleteSQL = `WITH removed AS (
     DELETE FROM outbox.pending p
-    WHERE p.id = ANY ($2::uuid[]) AND p.lease_token = ANY ($3::uuid[])
+    WHERE p.id = ANY ($2::uuid[]) AND p.lease_token = $3::uuid
       AND p.claimed_by = $1 AND p.lease_expires_at > now()
     RETURNING p.id, p.attempt_count, p.namespace, p.topic, p.tenant_id, p.dedupe_key,
               p.ordering_key, p.sequence_id
@@ -63,7 +72,8 @@ INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace
                              dedupe_key, ordering_key, sequence_id, target, latency_ms)
 SELECT x.id, x.attempt_count, 'DISPATCHED', $1, x.namespace, x.topic, x.tenant_id,
        x.dedupe_key, x.ordering_key, x.sequence_id, 'floor', 0
-FROM removed x`
+FROM removed x
+ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING`
 
 // Result is one floor run.
 type Result struct {
@@ -141,13 +151,12 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 			t := &tallies[i]
 			worker := []byte(fmt.Sprintf("floor-%d", i))
 			limit := []byte(fmt.Sprint(batchSize))
-			var ids, tokens bytes.Buffer
+			var ids bytes.Buffer
+			var token []byte
 			var lastEnd time.Time
 			for {
 				ids.Reset()
-				tokens.Reset()
 				ids.WriteByte('{')
-				tokens.WriteByte('{')
 				n := 0
 				began := time.Now()
 				rr := c.ExecPrepared(ctx, "claim", [][]byte{worker, limit}, nil, nil)
@@ -155,10 +164,10 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 					v := rr.Values()
 					if n > 0 {
 						ids.WriteByte(',')
-						tokens.WriteByte(',')
+					} else {
+						token = append(token[:0], v[11]...)
 					}
 					ids.Write(v[0])
-					tokens.Write(v[11])
 					n++
 				}
 				if _, err := rr.Close(); err != nil {
@@ -174,9 +183,8 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 					return
 				}
 				ids.WriteByte('}')
-				tokens.WriteByte('}')
 				began = time.Now()
-				tag, err := c.ExecPrepared(ctx, "complete", [][]byte{worker, ids.Bytes(), tokens.Bytes()}, nil, nil).Close()
+				tag, err := c.ExecPrepared(ctx, "complete", [][]byte{worker, ids.Bytes(), token}, nil, nil).Close()
 				end := time.Now()
 				took = end.Sub(began)
 				t.complete += took

@@ -1,7 +1,8 @@
 // Package outboxrun measures this project: the producer's enqueue rate, the
-// dispatch engine's burn-down rate with a no-op target and with a target of
-// fixed latency, and how the claim, the producer's transaction and a
-// dispatch invocation scale.
+// dispatch engine's burn-down rate with a no-op target, with a target of
+// fixed latency and with ordering keys (one hot key to a real webhook or SNS
+// FIFO publisher, or many keys), and how the claim, the producer's
+// transaction and a dispatch invocation scale.
 package outboxrun
 
 import (
@@ -54,6 +55,18 @@ func (r EnqueueResult) Rate() float64 { return float64(r.Messages) / r.Elapsed.S
 // batches of EnqueueBatchSize on one connection, each batch its own
 // transaction, and times it.
 func Enqueue(ctx context.Context, db *scratch.DB, spec workload.Spec, dedupeKeys bool) (EnqueueResult, error) {
+	return enqueue(ctx, db, spec, dedupeKeys, 0)
+}
+
+// EnqueueKeyed is Enqueue with ordering keys: message i goes to key
+// "key-<i mod keys>", so the keys' messages are interleaved as the producers
+// of that many keys would write them (one key when keys is 1). Every
+// message carries a dedupe key, as Enqueue's dedupe-keyed workload does.
+func EnqueueKeyed(ctx context.Context, db *scratch.DB, spec workload.Spec, keys int) (EnqueueResult, error) {
+	return enqueue(ctx, db, spec, true, keys)
+}
+
+func enqueue(ctx context.Context, db *scratch.DB, spec workload.Spec, dedupeKeys bool, keys int) (EnqueueResult, error) {
 	pool, err := db.Pool(ctx, 1)
 	if err != nil {
 		return EnqueueResult{}, err
@@ -67,6 +80,9 @@ func Enqueue(ctx context.Context, db *scratch.DB, spec workload.Spec, dedupeKeys
 			m := outbox.Message{Namespace: Namespace, Topic: Topic, TenantID: fmt.Sprintf("tenant-%d", i%16), Payload: payload}
 			if dedupeKeys {
 				m.DedupeKey = fmt.Sprintf("tenant-%d/turn-%d/req-1", i%16, i)
+			}
+			if keys > 0 {
+				m.OrderingKey = fmt.Sprintf("key-%d", i%keys)
 			}
 			batch = append(batch, m)
 		}
@@ -104,8 +120,20 @@ type BurnDownResult struct {
 	// costs in the steady state, whatever overlaps inside it.
 	IntervalLatency latency.Summary
 	Batches         int
-	// Calls counts the target calls (fixed-latency runs only).
+	// Calls counts the target calls (fixed-latency runs, and runs against a
+	// local target that counts them).
 	Calls int64
+	// Publishing is the time the engine spent in its publishers' Publish
+	// calls, summed over dispatchers, and Publishes how many there were;
+	// Gaps summarises the time from the end of one Publish to the start of
+	// the next on the same dispatcher: what a hot key waits between two of
+	// its runs (the run's completion, then the next claim).
+	Publishing time.Duration
+	Publishes  int
+	Gaps       latency.Summary
+	// Served is the local target's own time over the run's calls (see
+	// LocalTarget.Served; zero when it does not say).
+	Served time.Duration
 }
 
 // Rate is messages per second.
@@ -118,7 +146,7 @@ func (r BurnDownResult) IntervalRate() float64 {
 	if r.IntervalLatency.P50 == 0 {
 		return 0
 	}
-	return float64(r.Options.Dispatchers*r.Options.BatchSize) / r.IntervalLatency.P50.Seconds()
+	return float64(r.Options.Dispatchers*r.Options.fullBatch()) / r.IntervalLatency.P50.Seconds()
 }
 
 // BurnDownOptions say how to drain the queue.
@@ -129,6 +157,23 @@ type BurnDownOptions struct {
 	Conns int
 	// Publisher makes each dispatcher's publisher (NoOp when nil).
 	Publisher func() publish.Publisher
+	// Target, when set, replaces the catch-all route and Publisher: its
+	// route table, and the real publishers the dispatch function builds
+	// for it.
+	Target *LocalTarget
+	// OrderedRun is the engine's OrderedRun (0: the engine's default).
+	OrderedRun int
+	// FullBatch is the claim size the claim, completion and interval
+	// figures count as a full batch (BatchSize when zero): one hot key's
+	// claims carry one run each.
+	FullBatch int
+}
+
+func (o BurnDownOptions) fullBatch() int {
+	if o.FullBatch > 0 {
+		return o.FullBatch
+	}
+	return o.BatchSize
 }
 
 // timedStore is a dispatch.Store that counts batches and times the
@@ -168,6 +213,28 @@ func (s *timedStore) CompleteBatch(ctx context.Context, worker string, rs []leas
 	}
 	s.lastEnd = end
 	return cs, err
+}
+
+// timedPublisher times each Publish call of the publisher it wraps. The
+// engine publishes one batch at a time per target, so with one route the
+// spans follow each other.
+type timedPublisher struct {
+	inner publish.Publisher
+
+	mu    sync.Mutex
+	spans [][2]time.Time
+}
+
+var _ publish.Publisher = (*timedPublisher)(nil)
+
+func (p *timedPublisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+	began := time.Now()
+	results := p.inner.Publish(ctx, msgs)
+	ended := time.Now()
+	p.mu.Lock()
+	p.spans = append(p.spans, [2]time.Time{began, ended})
+	p.mu.Unlock()
+	return results
 }
 
 // callTracer is a pgx.QueryTracer that times outbox.claim_batch and
@@ -242,11 +309,14 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 	if opt.Publisher == nil {
 		opt.Publisher = NoOp
 	}
-	routes, err := route.Parse([]byte(routesJSON))
+	table := routesJSON
+	if opt.Target != nil {
+		table = opt.Target.Routes
+	}
+	routes, err := route.Parse([]byte(table))
 	if err != nil {
 		return BurnDownResult{}, err
 	}
-	key := routes.Routes[0].Target.Key()
 	if err := db.Exec(ctx, "VACUUM ANALYZE outbox.pending"); err != nil {
 		return BurnDownResult{}, err
 	}
@@ -255,6 +325,7 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 		store  *timedStore
 		tracer *callTracer
 		engine *dispatch.Engine
+		pubs   []*timedPublisher
 		pub    publish.Publisher
 	}
 	workers := make([]*worker, opt.Dispatchers)
@@ -265,8 +336,9 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 			}
 		}
 	}()
+	full := opt.fullBatch()
 	for i := range workers {
-		tracer := &callTracer{batchSize: opt.BatchSize}
+		tracer := &callTracer{batchSize: full}
 		pool, err := db.Pool(ctx, max(opt.Conns, 1), func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
 		if err != nil {
 			return BurnDownResult{}, err
@@ -275,10 +347,24 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 			pool.Close()
 			return BurnDownResult{}, err
 		}
-		w := &worker{pool: pool, store: &timedStore{inner: lease.NewStore(pool), batchSize: opt.BatchSize}, tracer: tracer, pub: opt.Publisher()}
+		w := &worker{pool: pool, store: &timedStore{inner: lease.NewStore(pool), batchSize: full}, tracer: tracer}
 		workers[i] = w
-		w.engine, err = dispatch.New(dispatch.Config{BatchSize: opt.BatchSize, MaxBatches: 1000},
-			w.store, routes, map[string]publish.Publisher{key: w.pub}, nil)
+		publishers := map[string]publish.Publisher{}
+		if opt.Target != nil {
+			if publishers, err = opt.Target.Publishers(ctx, routes); err != nil {
+				return BurnDownResult{}, err
+			}
+		} else {
+			w.pub = opt.Publisher()
+			publishers[routes.Routes[0].Target.Key()] = w.pub
+		}
+		for key, p := range publishers {
+			tp := &timedPublisher{inner: p}
+			w.pubs = append(w.pubs, tp)
+			publishers[key] = tp
+		}
+		w.engine, err = dispatch.New(dispatch.Config{BatchSize: opt.BatchSize, MaxBatches: 1000, OrderedRun: opt.OrderedRun},
+			w.store, routes, publishers, nil)
 		if err != nil {
 			return BurnDownResult{}, err
 		}
@@ -286,6 +372,14 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 	var want int
 	if err := workers[0].pool.QueryRow(ctx, "SELECT count(*) FROM outbox.pending").Scan(&want); err != nil {
 		return BurnDownResult{}, err
+	}
+	var callsBefore int64
+	var servedBefore time.Duration
+	if opt.Target != nil && opt.Target.Calls != nil {
+		callsBefore = opt.Target.Calls()
+	}
+	if opt.Target != nil && opt.Target.Served != nil {
+		servedBefore = opt.Target.Served()
 	}
 
 	var (
@@ -305,8 +399,12 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 				if err != nil && firstErr == nil {
 					firstErr = err
 				}
+				if err == nil && sum.Claimed != sum.Delivered && firstErr == nil {
+					firstErr = fmt.Errorf("burn-down: a run claimed %d messages but delivered %d (%d retried, %d dead, %d released, %d lease lost)",
+						sum.Claimed, sum.Delivered, sum.Retried, sum.Dead, sum.Released, sum.LeaseLost)
+				}
 				mu.Unlock()
-				if err != nil || sum.Claimed == 0 {
+				if err != nil || sum.Claimed == 0 || firstErr != nil {
 					return
 				}
 			}
@@ -325,7 +423,7 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 		return BurnDownResult{}, fmt.Errorf("burn-down delivered %d of %d messages, %d left pending", delivered, want, left)
 	}
 	res := BurnDownResult{Options: opt, Messages: delivered, Elapsed: elapsed}
-	var claims, completes, intervals []time.Duration
+	var claims, completes, intervals, gaps []time.Duration
 	for _, w := range workers {
 		intervals = append(intervals, w.store.intervals...)
 		res.Batches += w.store.batches
@@ -336,12 +434,28 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 		if lp, ok := w.pub.(*latencyPublisher); ok {
 			res.Calls += lp.calls.Load()
 		}
+		for _, tp := range w.pubs {
+			for j, s := range tp.spans {
+				res.Publishing += s[1].Sub(s[0])
+				res.Publishes++
+				if j > 0 && len(w.pubs) == 1 {
+					gaps = append(gaps, s[0].Sub(tp.spans[j-1][1]))
+				}
+			}
+		}
+	}
+	if opt.Target != nil && opt.Target.Calls != nil {
+		res.Calls = opt.Target.Calls() - callsBefore
+	}
+	if opt.Target != nil && opt.Target.Served != nil {
+		res.Served = opt.Target.Served() - servedBefore
 	}
 	if len(claims) > 0 {
 		res.ClaimLatency = latency.Summarise(claims)
 	}
 	res.CompleteLatency = latency.Summarise(completes)
 	res.IntervalLatency = latency.Summarise(intervals)
+	res.Gaps = latency.Summarise(gaps)
 	return res, nil
 }
 

@@ -125,7 +125,7 @@ func Goals(r *suite.Results) []Goal {
 	goals = append(goals, g)
 
 	for _, c := range r.Config.FloorClients {
-		g := Goal{Name: fmt.Sprintf("burn-down ≥ 70%% of the SQL floor (%d connection(s))", c), Target: 0.70}
+		g := Goal{Name: fmt.Sprintf("burn-down ≥ 0.9 of the SQL floor (%d connection(s))", c), Target: FloorTarget}
 		e, eok := GridAt(r, r.Config.ComparisonBatch, c)
 		f, fok := FloorAt(r, c)
 		if eok && fok {
@@ -142,6 +142,40 @@ func Goals(r *suite.Results) []Goal {
 		g.Known = true
 		g.Ratio = r.LatencyEngine.Rate() / Bound(r.Config)
 		g.Measured = fmt.Sprintf("engine %s / bound %s", rate(r.LatencyEngine.Rate()), rate(Bound(r.Config)))
+	}
+	goals = append(goals, g)
+
+	for _, h := range []struct {
+		run  outboxrun.BurnDownResult
+		name string
+	}{
+		{r.HotKeyHTTP, fmt.Sprintf("one hot key to a webhook (%s per call, one message each) ≥ 0.90 of 1/latency", human(r.Config.Latency))},
+		{r.HotKeySNS, fmt.Sprintf("one hot key to an SNS FIFO topic (%s per PublishBatch of 10) ≥ 0.90 of 10/latency", human(r.Config.Latency))},
+	} {
+		g := Goal{Name: h.name, Target: 0.90}
+		if h.run.Messages > 0 {
+			g.Known = true
+			g.Ratio = h.run.Rate() / KeyBound(h.run)
+			g.Measured = fmt.Sprintf("engine %s / bound %s (%s messages on one key, runs of %d)",
+				rateFine(h.run.Rate()), rate(KeyBound(h.run)), thousands(float64(h.run.Messages)), h.run.Options.FullBatch)
+		}
+		goals = append(goals, g)
+	}
+
+	g = Goal{Name: fmt.Sprintf("%s keys × %d messages ≥ 0.80 of the unordered burn-down", thousands(float64(r.Config.ManyKeys)), r.Config.PerKey), Target: 0.80}
+	if k, u := r.ManyKeys, r.ManyKeysUnordered; k.Messages > 0 && u.Messages > 0 {
+		g.Known = true
+		g.Ratio = k.Rate() / u.Rate()
+		g.Measured = fmt.Sprintf("engine %s with ordering keys / %s without (%s messages each, batch %d, 1 dispatcher); claim p50 %s / %s",
+			rate(k.Rate()), rate(u.Rate()), thousands(float64(k.Messages)), k.Options.BatchSize, msec(k.ClaimLatency.P50), msec(u.ClaimLatency.P50))
+	}
+	goals = append(goals, g)
+
+	g = Goal{Name: fmt.Sprintf("claim latency (p50) with %s queued behind a stuck key ≤ 1.2× without", count(r.Config.StuckDepth.Stuck)), Target: 1.2, AtMost: true}
+	if stuck, base, ok := StuckPair(r); ok {
+		g.Known = true
+		g.Ratio = float64(stuck.Claim.P50) / float64(base.Claim.P50)
+		g.Measured = fmt.Sprintf("%s / %s (ClaimBatch(%d) at %s unordered pending)", msec(stuck.Claim.P50), msec(base.Claim.P50), r.Config.ComparisonBatch, count(base.Pending))
 	}
 	goals = append(goals, g)
 
@@ -170,10 +204,43 @@ func Goals(r *suite.Results) []Goal {
 	return goals
 }
 
-// scalingEnds are the shallowest and deepest depths without an archive.
+// FloorTarget is the share of the bare-SQL floor the engine's burn-down is
+// to reach.
+const FloorTarget = 0.90
+
+// KeyBound is a hot-key run's bound in messages per second: one call in
+// flight (a key's messages go one call after another), PerCall messages
+// each, each taking the target's latency.
+func KeyBound(r outboxrun.BurnDownResult) float64 {
+	t := r.Options.Target
+	if t == nil || t.Latency <= 0 {
+		return 0
+	}
+	return float64(t.PerCall) / t.Latency.Seconds()
+}
+
+// StuckPair is the claim scaling depth with a stuck key's backlog and its
+// baseline: the same unordered depth with neither backlog nor archive.
+func StuckPair(r *suite.Results) (stuck, base outboxrun.ClaimScalingResult, ok bool) {
+	var sok, bok bool
+	for _, s := range r.Scaling {
+		if s.Stuck > 0 && !sok {
+			stuck, sok = s, true
+		}
+	}
+	for _, s := range r.Scaling {
+		if sok && s.Stuck == 0 && s.Archive == 0 && s.Pending == stuck.Pending {
+			base, bok = s, true
+		}
+	}
+	return stuck, base, sok && bok
+}
+
+// scalingEnds are the shallowest and deepest depths with neither an
+// archive nor a stuck key.
 func scalingEnds(r *suite.Results) (lo, hi outboxrun.ClaimScalingResult, ok bool) {
 	for _, s := range r.Scaling {
-		if s.Archive != 0 {
+		if s.Archive != 0 || s.Stuck != 0 {
 			continue
 		}
 		if !ok || s.Pending < lo.Pending {
@@ -188,6 +255,15 @@ func scalingEnds(r *suite.Results) (lo, hi outboxrun.ClaimScalingResult, ok bool
 }
 
 func rate(v float64) string { return fmt.Sprintf("%s msgs/s", thousands(v)) }
+
+// rateFine is rate with a decimal below 1,000 msgs/s, where a whole number
+// would hide a difference of a percent.
+func rateFine(v float64) string {
+	if v < 1000 {
+		return fmt.Sprintf("%.1f msgs/s", v)
+	}
+	return rate(v)
+}
 
 func thousands(v float64) string {
 	n := int64(v + 0.5)

@@ -48,6 +48,22 @@ func Markdown(r *suite.Results, plotFile string) string {
 		if d := r.DefaultPool; d.Messages > 0 {
 			p("One dispatcher on the dispatch function's default pool of %d connections, where the pipelined engine's next claim and previous completion run at once, drained %s. ", suite.FunctionPool, rate(d.Rate()))
 		}
+		var ordered []string
+		if h := r.HotKeyHTTP; h.Messages > 0 {
+			ordered = append(ordered, fmt.Sprintf("one hot key reached %.0f%% of the %s bound of a webhook taking %s per call", 100*h.Rate()/KeyBound(h), rate(KeyBound(h)), human(cfg.Latency)))
+		}
+		if h := r.HotKeySNS; h.Messages > 0 {
+			ordered = append(ordered, fmt.Sprintf("%.0f%% of the %s bound of an SNS FIFO topic", 100*h.Rate()/KeyBound(h), rate(KeyBound(h))))
+		}
+		if k, u := r.ManyKeys, r.ManyKeysUnordered; k.Messages > 0 && u.Messages > 0 {
+			ordered = append(ordered, fmt.Sprintf("%s keys of %d messages drained at %.0f%% of the unordered rate", thousands(float64(cfg.ManyKeys)), cfg.PerKey, 100*k.Rate()/u.Rate()))
+		}
+		if stuck, base, ok := StuckPair(r); ok {
+			ordered = append(ordered, fmt.Sprintf("%s messages behind a stuck key moved the claim's p50 by a factor of %.2f", count(stuck.Stuck), float64(stuck.Claim.P50)/float64(base.Claim.P50)))
+		}
+		if len(ordered) > 0 {
+			p("With ordering keys, %s. ", joinAnd(ordered))
+		}
 		met, total := 0, 0
 		for _, g := range goals {
 			total++
@@ -80,12 +96,13 @@ func Markdown(r *suite.Results, plotFile string) string {
 		}
 		p("| %s | %s | %s | %s %.2f | **%s** |\n", g.Name, g.Measured, ratio, bound, g.Target, g.Verdict())
 	}
-	p("\nGoals not met are explained under [Goals not met](#goals-not-met-why-and-what-would-meet-them). ")
+	p("\nThe floor goals compare with the bare-SQL floor as it now mirrors migration 5's claim (key heads only, ids picked then leased by primary key, one token per claim); the ordered goals are explained under [Ordered delivery](#ordered-delivery). ")
+	p("Goals not met are explained under [Goals not met](#goals-not-met-why-and-what-would-meet-them). ")
 	p("Three optimisations measured as proposals by the previous published run are now in the product; [Optimisations applied](#optimisations-applied-before-and-after) gives their figures before and after.\n\n")
 
 	p("## How to run\n\n")
 	p("```sh\nmake bench-compare               # the full run: 200,000 messages; rewrites this file and the plot\n")
-	p("make bench-compare QUICK=1       # 20,000 messages and smaller depths, two to three minutes; writes to $TMPDIR/outbox-bench-quick\n```\n\n")
+	p("make bench-compare QUICK=1       # 20,000 messages, smaller depths and ordered runs, two to three minutes; writes to $TMPDIR/outbox-bench-quick\n```\n\n")
 	p("This run's measurements took %s", r.Elapsed.Round(time.Second))
 	if r.WallClock > 0 {
 		p("; `make bench-compare` took **%s** wall-clock from the command to the last figure, compiling the benchmark included", r.WallClock.Round(time.Second))
@@ -153,7 +170,7 @@ func Markdown(r *suite.Results, plotFile string) string {
 	p("\nClaim and complete p50 are the client-side latencies of the two database calls per full batch, from sending the statement to the last row decoded (ClaimBatch and CompleteBatch for the engine, timed on the connection by a pgx query tracer, so that a call waiting for the connection while the other call holds it is not charged for the wait; the two bare statements for the floor). The batch interval runs from the end of one full batch's completion to the end of the next one's on the same connection — what a batch costs in the steady state, whatever overlaps inside it — and \"msgs/s at p50 interval\" is the rate if every batch took the median interval: other work on the machine moves it much less than the wall-clock rate, which pays for every stall.\n\n")
 	p("How each was measured:\n\n")
 	p("- **Outbox engine** (`shared/dispatch`): the messages are enqueued once with `outbox.EnqueueBatch` (dedupe keys, batches of 1,000) into a template database; each configuration drains a fresh copy of it. Each dispatcher is its own `dispatch.Engine` on its own pool of one connection, as separate Lambda invocations are, and repeats bounded runs (`MaxBatches` 1,000) until a claim comes back empty. The engine is pipelined: while batch n is published, batch n−1 is completed and batch n+1 claimed; on one connection the two calls take turns, so with this no-op target the pipeline overlaps only the engine's own work (routing, building the result document) with the database's. The dispatch function's own pool has %d connections unless `OUTBOX_DB_MAX_CONNS` says otherwise; on it the two calls run at once, and the row \"1 dispatcher on a pool of %d\" measures that (it ran once). The route table comes from `route.Parse` (one catch-all EventBridge route) and its target's publisher is an in-process no-op `publish.Publisher` that answers `Ok` for every message, so nothing but the outbox and the engine is measured. The clock runs from the first claim to the last completion; the run fails unless every message was delivered and `outbox.pending` is empty.\n", suite.FunctionPool, suite.FunctionPool)
-	p("- **SQL floor** (`bench/internal/floor`): the same state transitions as bare SQL on the same copy of the data: the claim statement `outbox.claim_batch` runs inside (due, unleased rows in `(next_attempt_at, id)` order, `FOR UPDATE SKIP LOCKED`, a fresh lease token, every column returned), then a completion that deletes each row still leased to the worker under a token of the batch and not expired (`id = ANY(ids) AND lease_token = ANY(tokens)`: the primary key drives it, as in `complete_batch`'s plan, and the tokens are a hash probe) and appends its `DISPATCHED` attempt — one statement each, each its own transaction, with `plan_cache_mode = force_custom_plan` as the outbox functions have. A minimal loop on pgx's wire-level `pgconn` sends them as prepared statements and decodes nothing: it passes the claimed ids and tokens back as two array literals. No function, no JSON, no Go logic. (pgbench was tried first: it cannot hand a claim's 1,000 ids to the next statement, so its completion had to find the worker's rows by `claimed_by`, which no index serves — a sequential scan that made the \"floor\" slower than the engine.)\n")
+	p("- **SQL floor** (`bench/internal/floor`): the same state transitions as bare SQL on the same copy of the data. The claim is what `outbox.claim_batch` (migration 5) runs for unordered traffic: one statement picks the ids — rows that are unleased and not queued behind an earlier message of their ordering key (`lease_token IS NULL AND NOT behind`, the predicate of the partial index `pending_claimable`), due, in `(next_attempt_at, id)` order, `FOR UPDATE SKIP LOCKED` — and the lease is written by primary key (`id = ANY` of those ids) under one fresh token for the whole claim, every column returned. The function's runs behind ordered heads are empty for this workload; its argument checks, the probe of `outbox.unsettled_keys` and the window that bounds a claim's payload bytes are its contract and are left out. The completion deletes each row still leased to the worker under the claim's token and not expired (`id = ANY(ids)`: the primary key drives it, as in `complete_batch`'s plan) and appends its `DISPATCHED` attempt with `complete_batch`'s `ON CONFLICT` on `attempts_one_dispatched_per_message` — one statement each, each its own transaction, with `plan_cache_mode = force_custom_plan` as the outbox functions have. A minimal loop on pgx's wire-level `pgconn` sends them as prepared statements and decodes nothing: it passes the claimed ids back as an array literal, with the claim's token. No function, no JSON, no Go logic. (pgbench was tried first: it cannot hand a claim's 1,000 ids to the next statement, so its completion had to find the worker's rows by `claimed_by`, which no index serves — a sequential scan that made the \"floor\" slower than the engine.)\n")
 	p("- **River** (%s): `InsertManyFast` in batches of 1,000, one `VACUUM ANALYZE river_job`, then one client on a pool of 4 connections (pgxpool's default here) with no-op workers set up as River's own benchmark (`cmd/river/riverbench`) sets it up: `MaxWorkers` %d, `FetchCooldown` 2 ms, `FetchPollInterval` 20 ms. Work is timed from `Start` to the last `JobCompleted` event.\n", moduleVersion(r, "github.com/riverqueue/river"), riverrun.Workers)
 	p("- **watermill-sql** (%s): `Publish` of 1,000 messages per call to a `DefaultPostgreSQLSchema` topic, one `VACUUM ANALYZE`, then one subscriber (`DefaultPostgreSQLOffsetsAdapter`, `SubscribeBatchSize` %d) whose consumer acks every message as the outbox forwarder's handler does; the subscriber commits its offset once per batch. Consumption is timed from `Subscribe` until the committed offset reaches the last message. With the default `SubscribeBatchSize` of 100 it is much slower: its select re-reads and sorts the unconsumed part of the log for every batch, so the cost per batch barely depends on the batch size and grows with the backlog (quick runs of 20,000 messages consume several times faster than this run) (about 1,400 msgs/s at 100 against about 20,000 at 1,000 in a trial run on this machine).", moduleVersion(r, "github.com/ThreeDotsLabs/watermill-sql/v3"), r.Watermill.SubscribeBatchSize)
 	if w := r.Watermill; w.Messages > 0 {
@@ -174,13 +191,16 @@ func Markdown(r *suite.Results, plotFile string) string {
 	if r.EnqueuePlain.Messages > 0 {
 		p("| outbox `EnqueueBatch`, batches of 1,000, no dedupe keys | %s |\n", thousands(r.EnqueuePlain.Rate()))
 	}
+	if e := r.EnqueueKeyed; e.Messages > 0 {
+		p("| outbox `EnqueueBatch`, batches of 1,000, a dedupe key each, %s ordering keys interleaved (%s messages) | %s |\n", thousands(float64(cfg.ManyKeys)), thousands(float64(e.Messages)), thousands(e.Rate()))
+	}
 	if r.River.Jobs > 0 {
 		p("| River `InsertManyFast`, batches of 1,000 | %s |\n", thousands(r.River.InsertRate()))
 	}
 	if r.Watermill.Messages > 0 {
 		p("| watermill-sql `Publish`, 1,000 per call | %s |\n", thousands(r.Watermill.PublishRate()))
 	}
-	p("\nOne connection each, each batch its own transaction. The outbox's enqueue does more per message than the others' inserts: it validates every message, allocates a UUIDv7, claims the dedupe key in `outbox.dedupe` (when given) and maintains the claim index; River's `InsertManyFast` uses `COPY`, and watermill-sql's `Publish` is one plain multi-row `INSERT` into a `json` column.\n\n")
+	p("\nOne connection each, each batch its own transaction. The outbox's enqueue does more per message than the others' inserts: it validates every message, allocates a UUIDv7, claims the dedupe key in `outbox.dedupe` (when given) and maintains the claim index — with ordering keys it also allocates each message's sequence id under its key's row lock and settles each key's head at commit; River's `InsertManyFast` uses `COPY`, and watermill-sql's `Publish` is one plain multi-row `INSERT` into a `json` column.\n\n")
 
 	p("## A target with %s latency: Little's law\n\n", human(cfg.Latency))
 	bound := Bound(cfg)
@@ -197,13 +217,18 @@ func Markdown(r *suite.Results, plotFile string) string {
 	}
 	p("\n")
 
-	p("## Scaling\n\n### Claim latency against queue depth and archive size\n\n")
-	p("| pending | archived attempts | ClaimBatch(%d) p50 | p99 | CompleteBatch(%d) p50 | p99 | samples |\n|---:|---:|---:|---:|---:|---:|---:|\n", cfg.ComparisonBatch, cfg.ComparisonBatch)
+	writeOrdered(&b, r)
+
+	p("## Scaling\n\n### Claim latency against queue depth, archive size and a stuck key\n\n")
+	p("| pending | archived attempts | behind a stuck key | ClaimBatch(%d) p50 | p99 | CompleteBatch(%d) p50 | p99 | samples |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n", cfg.ComparisonBatch, cfg.ComparisonBatch)
 	for _, s := range r.Scaling {
-		p("| %s | %s | %s | %s | %s | %s | %d |\n", thousands(float64(s.Pending)), thousands(float64(s.Archive)), msec(s.Claim.P50), msec(s.Claim.P99), msec(s.Complete.P50), msec(s.Complete.P99), s.Claim.N)
+		p("| %s | %s | %s | %s | %s | %s | %s | %d |\n", thousands(float64(s.Pending)), thousands(float64(s.Archive)), thousands(float64(s.Stuck)), msec(s.Claim.P50), msec(s.Claim.P99), msec(s.Complete.P50), msec(s.Complete.P99), s.Claim.N)
 	}
 	p("\nEach depth is its own migrated database. `outbox.pending` is filled with `INSERT ... SELECT` over `generate_series` (UUIDv7 ids from `outbox.uuid_v7()`, a dedupe key and the %d-byte payload each, as `enqueue_batch` writes them), and the archive with `INSERT ... SELECT` of `DISPATCHED` attempts whose message ids are time-ordered UUIDs of long-gone messages; both as the superuser, with `synchronous_commit = off`, then `VACUUM ANALYZE` and a `CHECKPOINT`. ", cfg.Spec.PayloadBytes)
 	p("The append-only trigger of `outbox.attempts` fires on `UPDATE`, `DELETE` and `TRUNCATE` only, so the archive load needed no exemption from it and it stayed enabled; nothing else in the schema was changed. ")
+	if cfg.StuckDepth.Stuck > 0 {
+		p("The stuck key's database is loaded the same way, its backlog first: one ordering key of %s + 1 messages in `outbox.pending` as `enqueue_batch` and the settling at commit leave them — sequence 1 the key's head (`behind = false`), due a year from now, as a head whose retry a `Retry-After` or a long backoff put far ahead; every later message due now but `behind = true` — with the key's rows in `outbox.sequences` and `outbox.keys`, then the unordered messages the claims take. ", thousands(float64(cfg.StuckDepth.Stuck)))
+	}
 	p("Then each cycle claims a batch of %d (timed), completes it as dispatched (timed) and enqueues %d fresh messages at the tail with `EnqueueBatch`, so the depth stays put and the head of the queue carries the churn it carries in production. The depths take their cycles in turn, so that other work on the machine weighs on all of them alike; %d warm-up cycles per depth are not counted.\n\n", cfg.ComparisonBatch, cfg.ComparisonBatch, cfg.ScalingWarmup)
 	writeScalingReading(&b, r)
 
@@ -271,6 +296,14 @@ func writeNotMet(b *strings.Builder, r *suite.Results, goals []Goal) {
 				suite.RiverDispatchers, rate(e.Rate()), rate(r.River.WorkRate()), msec(e.ClaimLatency.P50), msec(e.CompleteLatency.P50), e.Options.BatchSize, suite.RiverDispatchers)
 		case strings.Contains(g.Name, "Little"):
 			writeLatencyGap(b, r)
+		case strings.Contains(g.Name, "hot key to a webhook"):
+			writeHotKeyGap(b, r, r.HotKeyHTTP)
+		case strings.Contains(g.Name, "hot key to an SNS"):
+			writeHotKeyGap(b, r, r.HotKeySNS)
+		case strings.Contains(g.Name, "keys ×"):
+			writeManyKeysGap(b, r)
+		case strings.Contains(g.Name, "stuck key"):
+			writeStuckGap(b, r)
 		case strings.Contains(g.Name, "claim latency"):
 			writeClaimGap(b, r, g)
 		default:
@@ -295,7 +328,7 @@ func writeFloorGap(b *strings.Builder, r *suite.Results) {
 	p("What the investigation before the last optimisations found (CPU profile of a burn-down with `runtime/pprof`; `auto_explain` with `log_analyze` and `log_nested_statements` on `outbox.complete_batch`; `EXPLAIN ANALYZE` of the claim's statement with real parameters), and what became of it:\n\n")
 	p("1. **Applied: the claim decoded every payload twice in Go.** `lease.Store.ClaimBatch` scanned `payload` into a `json.RawMessage`, which pgx's JSON codec sends through `json.Unmarshal` (validation, then a second scan to copy): about half of the dispatcher's CPU. It now scans the payload as raw bytes — PostgreSQL's `jsonb` output is always valid JSON — and decodes `headers` only when they are not `{}`.\n")
 	p("2. **Applied: the completion carried every payload it deleted through its CTEs.** `complete_batch`'s `removed` CTE (materialised: four CTEs read it) returned `payload` and `headers` of every deleted row, though only dead letters need them; it now returns them only for rows that are not `DISPATCHED`.\n")
-	p("3. **The claim's plan is the right one** at every depth (an index scan of `pending_claimable` that stops after the batch, `LockRows`, a nested loop on `pending_pkey`); the server-side time of the floor's claim and the function's claim are close. The `UPDATE` is not HOT (`lease_token` is in `pending_claimable`'s predicate), so every claim inserts 1,000 `pending_pkey` entries; that is inherent to leasing in the table and the floor pays it too.\n")
+	p("3. **The claim's plan is the right one** at every depth (an index scan of `pending_claimable` that stops after the batch, `LockRows`; since migration 5 the ids are picked first and leased by primary key, an index scan of `pending_pkey`); the server-side time of the floor's claim and the function's claim are close. The `UPDATE` is not HOT (`lease_token` is in `pending_claimable`'s predicate), so every claim inserts 1,000 `pending_pkey` entries; that is inherent to leasing in the table and the floor pays it too.\n")
 	p("4. **What is left of the completion's gap is its contract.** `complete_batch` takes the results as one JSON document, parses it twice (a validation pass that refuses a malformed batch whole, then the statement), fences every row by worker, token and expiry, handles retries and dead letters in the same statement, and returns a status per result in the caller's order; the floor does none of that. Those are the contract's price and were left alone.\n\n")
 }
 
@@ -387,12 +420,16 @@ func writeScalingReading(b *strings.Builder, r *suite.Results) {
 		p("Reading it: from %s to %s pending the claim's p50 moves by a factor of %.2f — it walks `pending_claimable` from the head and stops after the batch, so its work does not grow with depth. ",
 			count(lo.Pending), count(hi.Pending), float64(hi.Claim.P50)/float64(lo.Claim.P50))
 	}
+	if stuck, base, ok := StuckPair(r); ok {
+		p("With %s messages queued behind a stuck key (against none, at %s unordered pending) the claim's p50 is %s against %s (×%.2f) and its p99 %s against %s: the backlog is not in `pending_claimable` (`behind`), and its head sits at the index's far end (due in a year), so the claim never reads either. ",
+			count(stuck.Stuck), count(stuck.Pending), msec(stuck.Claim.P50), msec(base.Claim.P50), float64(stuck.Claim.P50)/float64(base.Claim.P50), msec(stuck.Claim.P99), msec(base.Claim.P99))
+	}
 	for _, a := range r.Scaling {
 		if a.Archive == 0 {
 			continue
 		}
 		for _, base := range r.Scaling {
-			if base.Archive == 0 && base.Pending == a.Pending {
+			if base.Archive == 0 && base.Stuck == 0 && base.Pending == a.Pending {
 				p("With %s archived attempts (against none, at %s pending) the claim's p50 is %s against %s and the completion's %s against %s: the completion appends to the archive's indexes at their right-hand edge (message ids are time-ordered), so their size does not show. ",
 					count(a.Archive), count(a.Pending), msec(a.Claim.P50), msec(base.Claim.P50), msec(a.Complete.P50), msec(base.Complete.P50))
 			}

@@ -43,6 +43,14 @@ func Plot(r *suite.Results, path string) error {
 		}
 		groups = append(groups, g)
 	}
+	if k, u := r.ManyKeys, r.ManyKeysUnordered; k.Messages > 0 && u.Messages > 0 {
+		groups = append(groups, group{color: color.RGBA{R: 148, G: 103, B: 189, A: 255},
+			labels: []string{
+				fmt.Sprintf("outbox engine, %s unordered", thousands(float64(u.Messages))),
+				fmt.Sprintf("outbox engine, %s keys × %d", thousands(float64(r.Config.ManyKeys)), r.Config.PerKey),
+			},
+			values: []float64{u.Rate(), k.Rate()}})
+	}
 	if r.River.Jobs > 0 {
 		groups = append(groups, group{color: color.RGBA{R: 255, G: 127, B: 14, A: 255},
 			labels: []string{"River, 2,000 workers"}, values: []float64{r.River.WorkRate()}})
@@ -64,6 +72,10 @@ func Plot(r *suite.Results, path string) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Burn-down of %s messages of %d bytes on one PostgreSQL (higher is better)",
 		thousands(float64(r.Config.Spec.Messages)), r.Config.Spec.PayloadBytes)
+	if r.ManyKeys.Messages > 0 {
+		p.Title.Text = fmt.Sprintf("Burn-down of %s messages of %d bytes on one PostgreSQL, ordering keys: %s (higher is better)",
+			thousands(float64(r.Config.Spec.Messages)), r.Config.Spec.PayloadBytes, thousands(float64(r.ManyKeys.Messages)))
+	}
 	p.X.Label.Text = "messages per second"
 	p.X.Min = 0
 	p.X.Tick.Marker = thousandsTicks{}

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
 	"github.com/outboxkit/dispatcher/bench/internal/suite"
 )
 
@@ -23,6 +24,9 @@ func rows(r *suite.Results) []row {
 	}
 	if r.EnqueuePlain.Messages > 0 {
 		add("outbox enqueue: EnqueueBatch of 1000, no dedupe keys", rate(r.EnqueuePlain.Rate()), "one connection")
+	}
+	if e := r.EnqueueKeyed; e.Messages > 0 {
+		add(fmt.Sprintf("outbox enqueue: EnqueueBatch of 1000, dedupe keys, %d ordering keys", cfg.ManyKeys), rate(e.Rate()), fmt.Sprintf("one connection, %d messages", e.Messages))
 	}
 	if r.River.Jobs > 0 {
 		add("River insert: InsertManyFast of 1000", rate(r.River.InsertRate()), "one connection")
@@ -68,10 +72,32 @@ func rows(r *suite.Results) []row {
 		add(fmt.Sprintf("engine (pipelined), %s target (%d/call, %d at once), batch %d", human(cfg.Latency), cfg.PerCall, cfg.Concurrency, cfg.ComparisonBatch),
 			rate(r.LatencyEngine.Rate()), fmt.Sprintf("%.0f%% of the bound %s", 100*r.LatencyEngine.Rate()/Bound(cfg), rate(Bound(cfg))))
 	}
+	for _, h := range []struct {
+		name string
+		run  outboxrun.BurnDownResult
+	}{{"webhook", r.HotKeyHTTP}, {"SNS FIFO", r.HotKeySNS}} {
+		if h.run.Messages == 0 {
+			continue
+		}
+		t := splitKeyTime(h.run)
+		add(fmt.Sprintf("engine, one hot key → %s, %s per call, %d messages", h.name, human(cfg.Latency), h.run.Messages), rateFine(h.run.Rate()),
+			fmt.Sprintf("%.1f%% of the bound %s; %d calls, %s per call; between runs p50 %s (claim p50 %s, complete p50 %s), %.1f%% of the time",
+				100*h.run.Rate()/KeyBound(h.run), rate(KeyBound(h.run)), h.run.Calls, msec2(t.perCall), msec(h.run.Gaps.P50),
+				msec(h.run.ClaimLatency.P50), msec(h.run.CompleteLatency.P50), share(t.between, h.run)))
+	}
+	if k, u := r.ManyKeys, r.ManyKeysUnordered; k.Messages > 0 && u.Messages > 0 {
+		add(fmt.Sprintf("engine burn-down: %d keys × %d messages, batch %d, 1 dispatcher", cfg.ManyKeys, cfg.PerKey, k.Options.BatchSize), rate(k.Rate()),
+			fmt.Sprintf("%.0f%% of unordered; claim p50 %s, complete p50 %s", 100*k.Rate()/u.Rate(), msec(k.ClaimLatency.P50), msec(k.CompleteLatency.P50)))
+		add(fmt.Sprintf("engine burn-down: the same %d messages unordered", u.Messages), rate(u.Rate()),
+			fmt.Sprintf("claim p50 %s, complete p50 %s", msec(u.ClaimLatency.P50), msec(u.CompleteLatency.P50)))
+	}
 	for _, s := range r.Scaling {
 		name := fmt.Sprintf("ClaimBatch(%d) at %s pending", cfg.ComparisonBatch, count(s.Pending))
 		if s.Archive > 0 {
 			name += fmt.Sprintf(", %s archived attempts", count(s.Archive))
+		}
+		if s.Stuck > 0 {
+			name += fmt.Sprintf(", %s behind a stuck key", count(s.Stuck))
 		}
 		add(name, fmt.Sprintf("p50 %s, p99 %s", msec(s.Claim.P50), msec(s.Claim.P99)),
 			fmt.Sprintf("CompleteBatch p50 %s, p99 %s", msec(s.Complete.P50), msec(s.Complete.P99)))

@@ -1,7 +1,8 @@
 // Package suite runs the whole comparison — this project, River,
-// watermill-sql and the bare-SQL floor, then the fixed-latency target and
-// the scaling figures — on one server in one run, each system in its own
-// fresh database with the same messages, and collects the figures.
+// watermill-sql and the bare-SQL floor, then the fixed-latency target,
+// ordered delivery and the scaling figures — on one server in one run, each
+// system in its own fresh database with the same messages, and collects the
+// figures.
 package suite
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/watermillrun"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 )
 
 // Config is what to run.
@@ -42,6 +44,18 @@ type Config struct {
 	Depths        []outboxrun.Depth
 	ScalingWarmup int
 	ScalingCycles int
+	// StuckDepth is a claim scaling depth with a stuck key's backlog; the
+	// depth of Depths with the same Pending and neither archive nor backlog
+	// is its baseline.
+	StuckDepth outboxrun.Depth
+	// Ordered delivery: HotKeyMessages on one ordering key to a webhook
+	// whose every call takes Latency, HotKeySNSMessages on one key to an
+	// SNS FIFO topic whose every PublishBatch does; ManyKeys keys of PerKey
+	// messages each, interleaved, drained to the no-op target against as
+	// many unordered messages.
+	HotKeyMessages    int
+	HotKeySNSMessages int
+	ManyKeys, PerKey  int
 	// ProducerSamples transactions of each kind.
 	ProducerSamples int
 	// MemoryMessages is the dispatch invocation's batch.
@@ -66,6 +80,12 @@ func Defaults(adminURL string, quick bool) Config {
 		// 200 cycles per depth keep the whole run well under ten minutes on a
 		// two-core machine; at 300 the claim-scaling phase alone took 4m20s.
 		ScalingWarmup: 10, ScalingCycles: 200,
+		StuckDepth: outboxrun.Depth{Pending: 100_000, Stuck: 200_000},
+		// 2,000 messages at 50 msgs/s take 40 s; the 5,000 the goal names
+		// would take 100 s, a fifth of the whole run, for no more signal: the
+		// figure is the gap between runs of 100, and 20 of them show it.
+		HotKeyMessages: 2_000, HotKeySNSMessages: 5_000,
+		ManyKeys: 2_000, PerKey: 25,
 		ProducerSamples: 1000, MemoryMessages: 1000, WatermillBatch: 1000, WatermillMaxStall: 60 * time.Second,
 	}
 	if quick {
@@ -74,6 +94,9 @@ func Defaults(adminURL string, quick bool) Config {
 		c.LatencyMessages = 5_000
 		c.Depths = []outboxrun.Depth{{Pending: 1_000}, {Pending: 10_000}, {Pending: 100_000}, {Pending: 10_000, Archive: 1_000_000}}
 		c.ScalingWarmup, c.ScalingCycles = 5, 40
+		c.StuckDepth = outboxrun.Depth{Pending: 10_000, Stuck: 50_000}
+		c.HotKeyMessages, c.HotKeySNSMessages = 500, 1_000
+		c.ManyKeys = 400
 		c.ProducerSamples = 300
 		c.WatermillMaxStall = 15 * time.Second
 	}
@@ -104,9 +127,19 @@ type Results struct {
 	// LatencyEngine drains LatencyMessages against the fixed-latency
 	// target (the faster of Repeats runs).
 	LatencyEngine outboxrun.BurnDownResult
-	Scaling       []outboxrun.ClaimScalingResult
-	Producer      outboxrun.ProducerResult
-	Memory        outboxrun.MemoryResult
+	// HotKeyHTTP and HotKeySNS drain one ordering key to a real publisher
+	// against a local target of fixed latency (HotKeySNS: the faster of
+	// Repeats runs). ManyKeys drains ManyKeys × PerKey interleaved messages
+	// and ManyKeysUnordered as many without keys, in adjacent pairs, each
+	// the faster of Repeats runs; EnqueueKeyed is the enqueue of the
+	// former.
+	HotKeyHTTP, HotKeySNS       outboxrun.BurnDownResult
+	ManyKeys, ManyKeysUnordered outboxrun.BurnDownResult
+	EnqueueKeyed                outboxrun.EnqueueResult
+	// Scaling has the claim at every depth of Depths, then at StuckDepth.
+	Scaling  []outboxrun.ClaimScalingResult
+	Producer outboxrun.ProducerResult
+	Memory   outboxrun.MemoryResult
 
 	Failures map[string]string
 }
@@ -131,6 +164,8 @@ const (
 	PhaseRiver     = "River"
 	PhaseWatermill = "watermill-sql"
 	PhaseLatency   = "fixed-latency target"
+	PhaseHotKey    = "hot key"
+	PhaseManyKeys  = "many keys"
 	PhaseScaling   = "claim scaling"
 	PhaseProducer  = "producer transaction"
 	PhaseMemory    = "memory per invocation"
@@ -315,13 +350,28 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 	}
 	tmpl.Drop()
 
-	// 5. Scaling.
-	step("claim latency at depths %v (loading the tables)", cfg.Depths)
-	if res.Scaling, err = outboxrun.ClaimScaling(ctx, srv, cfg.Spec, cfg.Depths, cfg.ComparisonBatch, cfg.ScalingWarmup, cfg.ScalingCycles); err != nil {
+	// 5. Ordered delivery.
+	step("hot key: %d messages on one key to a webhook, %s per call", cfg.HotKeyMessages, cfg.Latency)
+	if err := runHotKey(ctx, srv, cfg, "http", cfg.HotKeyMessages, 1, &res.HotKeyHTTP, step); err != nil {
+		fail(PhaseHotKey, err)
+	}
+	step("hot key: %d messages on one key to an SNS FIFO topic, %s per PublishBatch", cfg.HotKeySNSMessages, cfg.Latency)
+	if err := runHotKey(ctx, srv, cfg, "sns", cfg.HotKeySNSMessages, Repeats, &res.HotKeySNS, step); err != nil {
+		fail(PhaseHotKey, err)
+	}
+	step("many keys: %d keys × %d messages, against as many unordered messages", cfg.ManyKeys, cfg.PerKey)
+	if err := runManyKeys(ctx, srv, cfg, res, step); err != nil {
+		fail(PhaseManyKeys, err)
+	}
+
+	// 6. Scaling.
+	depths := append(append([]outboxrun.Depth(nil), cfg.Depths...), cfg.StuckDepth)
+	step("claim latency at depths %v (loading the tables)", depths)
+	if res.Scaling, err = outboxrun.ClaimScaling(ctx, srv, cfg.Spec, depths, cfg.ComparisonBatch, cfg.ScalingWarmup, cfg.ScalingCycles); err != nil {
 		fail(PhaseScaling, err)
 	}
 	for _, s := range res.Scaling {
-		step("  pending %d, archive %d: claim p50 %s p99 %s; complete p50 %s p99 %s (load %s)", s.Pending, s.Archive,
+		step("  pending %d, archive %d, stuck %d: claim p50 %s p99 %s; complete p50 %s p99 %s (load %s)", s.Pending, s.Archive, s.Stuck,
 			ms(s.Claim.P50), ms(s.Claim.P99), ms(s.Complete.P50), ms(s.Complete.P99), s.Load.Round(time.Second))
 	}
 	step("producer transaction with and without Enqueue (%d each)", cfg.ProducerSamples)
@@ -370,6 +420,106 @@ func runLatency(ctx context.Context, srv *scratch.Server, cfg Config, res *Resul
 			res.LatencyEngine = r
 		}
 		step("  round %d of %d: %.0f msgs/s (claim p50 %s, complete p50 %s)", round+1, Repeats, r.Rate(), ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50))
+	}
+	return nil
+}
+
+// runHotKey drains messages enqueued on one ordering key to a local target
+// of kind "http" or "sns", runs times, each from a fresh copy of one
+// template, and keeps the fastest run in into.
+func runHotKey(ctx context.Context, srv *scratch.Server, cfg Config, kind string, messages, runs int, into *outboxrun.BurnDownResult, step func(string, ...any)) error {
+	newTarget := outboxrun.NewWebhookTarget
+	if kind == "sns" {
+		newTarget = outboxrun.NewSNSFIFOTarget
+	}
+	target, err := newTarget(cfg.Latency)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	spec := cfg.Spec
+	spec.Messages = messages
+	tmpl, err := srv.CreateMigrated(ctx, "hotkey_template")
+	if err != nil {
+		return err
+	}
+	defer tmpl.Drop()
+	if _, err := outboxrun.EnqueueKeyed(ctx, tmpl, spec, 1); err != nil {
+		return err
+	}
+	if err := tmpl.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT"); err != nil {
+		return err
+	}
+	for round := range runs {
+		db, err := srv.CreateFrom(ctx, "hotkey", tmpl.Name)
+		if err != nil {
+			return err
+		}
+		r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{
+			BatchSize: cfg.ComparisonBatch, Dispatchers: 1, Target: target, FullBatch: dispatch.DefaultOrderedRun,
+		})
+		db.Drop()
+		if err != nil {
+			return err
+		}
+		if r.Rate() > into.Rate() || into.Messages == 0 {
+			*into = r
+		}
+		step("  round %d of %d: %.1f msgs/s in %d calls (claim p50 %s, complete p50 %s, gap between runs p50 %s)", round+1, runs,
+			r.Rate(), r.Calls, ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50), ms(r.Gaps.P50))
+	}
+	return nil
+}
+
+// runManyKeys drains ManyKeys × PerKey interleaved messages and as many
+// unordered ones, each from a fresh copy of its template, in adjacent pairs,
+// Repeats times, keeping each one's faster run.
+func runManyKeys(ctx context.Context, srv *scratch.Server, cfg Config, res *Results, step func(string, ...any)) error {
+	spec := cfg.Spec
+	spec.Messages = cfg.ManyKeys * cfg.PerKey
+	keyed, err := srv.CreateMigrated(ctx, "manykeys_template")
+	if err != nil {
+		return err
+	}
+	defer keyed.Drop()
+	if res.EnqueueKeyed, err = outboxrun.EnqueueKeyed(ctx, keyed, spec, cfg.ManyKeys); err != nil {
+		return err
+	}
+	step("  enqueued with %d ordering keys: %.0f msgs/s", cfg.ManyKeys, res.EnqueueKeyed.Rate())
+	plain, err := srv.CreateMigrated(ctx, "unordered_template")
+	if err != nil {
+		return err
+	}
+	defer plain.Drop()
+	if _, err := outboxrun.Enqueue(ctx, plain, spec, true); err != nil {
+		return err
+	}
+	for _, t := range []*scratch.DB{keyed, plain} {
+		if err := t.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT"); err != nil {
+			return err
+		}
+	}
+	for round := range Repeats {
+		for _, run := range []struct {
+			label string
+			tmpl  *scratch.DB
+			into  *outboxrun.BurnDownResult
+		}{{"unordered", plain, &res.ManyKeysUnordered}, {"keyed", keyed, &res.ManyKeys}} {
+			db, err := srv.CreateFrom(ctx, run.label, run.tmpl.Name)
+			if err != nil {
+				return err
+			}
+			r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{BatchSize: cfg.ComparisonBatch, Dispatchers: 1})
+			db.Drop()
+			if err != nil {
+				return err
+			}
+			if r.Rate() > run.into.Rate() || run.into.Messages == 0 {
+				*run.into = r
+			}
+			step("  %s, round %d of %d: %.0f msgs/s (claim p50 %s, complete p50 %s)", run.label, round+1, Repeats,
+				r.Rate(), ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50))
+		}
 	}
 	return nil
 }
