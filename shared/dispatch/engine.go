@@ -770,7 +770,7 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 		}
 		r.Outcome, r.Hold = lease.Retryable, true
 		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)
-		r.RetryAt = policy.Hold(now, m.Attempt, HoldMaxDelay, e.cfg.Jitter)
+		r.RetryAt = policy.Hold(now, m.Attempt, HoldMinDelay, HoldMaxDelay, e.cfg.Jitter)
 		return r
 	}
 	switch res.Kind {
@@ -816,9 +816,15 @@ var configurationFailure = map[publish.Code]bool{
 	publish.CodeNoRoute:        true,
 }
 
-// HoldMaxDelay caps the backoff of a message held for a configuration
-// failure: once it is fixed, held messages go within this long.
-const HoldMaxDelay = 5 * time.Minute
+// HoldMinDelay and HoldMaxDelay bound the backoff of a message held for a
+// configuration failure. Nobody fixes a policy or a route within seconds,
+// so even the first retry waits 30 s to a minute (the run that held the
+// message does not claim it again, whatever its route's base_delay); once
+// the configuration is fixed, held messages go within HoldMaxDelay.
+const (
+	HoldMinDelay = time.Minute
+	HoldMaxDelay = 5 * time.Minute
+)
 
 // errorText is what the attempts archive and the dead letters record: the
 // error with any connection string or credential masked, since operators

@@ -103,12 +103,14 @@ func (p Policy) Next(now time.Time, attempt int, retryAfter time.Duration, jitte
 // Hold returns when to try again a message held for a configuration failure
 // (an access denial, a missing target): such a failure is not the
 // message's, so its attempts never run out, and the backoff grows as for
-// any retry but never past limit. Half the delay is fixed, half jittered,
-// so that a held message is not retried in a tight loop.
-func (p Policy) Hold(now time.Time, attempt int, limit time.Duration, jitter Jitter) time.Time {
+// any retry, from floor up to limit. Half the delay is fixed, half
+// jittered, so that a held message is not retried in a tight loop; the
+// floor keeps a run from claiming again, within its own invocation, a
+// message whose configuration nobody can have fixed yet.
+func (p Policy) Hold(now time.Time, attempt int, floor, limit time.Duration, jitter Jitter) time.Time {
 	if jitter == nil {
 		jitter = FullJitter
 	}
-	d := min(p.Ceiling(attempt), limit)
+	d := min(max(p.Ceiling(attempt), floor), limit)
 	return now.Add(d/2 + jitter(d-d/2))
 }
