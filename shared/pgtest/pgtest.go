@@ -251,12 +251,27 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH is_template = true ALLOW_CONNECTIONS = false", pgx.Identifier{name}.Sanitize())); err != nil {
 		return "", fmt.Errorf("mark template %s: %w", name, err)
 	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS 'outbox test template built at %s'",
+		pgx.Identifier{name}.Sanitize(), time.Now().UTC().Format(time.RFC3339))); err != nil {
+		return "", fmt.Errorf("mark template %s: %w", name, err)
+	}
 	return name, nil
 }
 
-// dropStaleTemplates removes templates built from older migration sets.
+// staleTemplateAge is how long a template of another migration set is
+// kept: two checkouts with different migrations (a branch beside main) may
+// run their tests on one server at the same time, and neither may drop the
+// template the other is copying from.
+const staleTemplateAge = 2 * time.Hour
+
+// dropStaleTemplates removes templates built from other migration sets more
+// than staleTemplateAge ago (the build time is the database's comment).
 func dropStaleTemplates(ctx context.Context, admin *pgx.Conn, keep string) {
-	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'outbox\\_tmpl\\_%' AND datname <> $1", keep)
+	rows, err := admin.Query(ctx, `
+		SELECT datname FROM pg_database
+		WHERE datname LIKE 'outbox\_tmpl\_%' AND datname <> $1
+		  AND coalesce(substring(shobj_description(oid, 'pg_database') FROM 'built at (\S+)'), '-infinity')::timestamptz
+		      < now() - make_interval(secs => $2)`, keep, staleTemplateAge.Seconds())
 	if err != nil {
 		return
 	}

@@ -221,7 +221,7 @@ INSERT INTO outbox.keys (namespace, ordering_key) VALUES ('%s', '%s') ON CONFLIC
 		st.store = lease.NewStore(st.pool)
 	}
 
-	params, err := engineClaim(batchSize)
+	params, err := EngineClaim(batchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -270,12 +270,12 @@ INSERT INTO outbox.keys (namespace, ordering_key) VALUES ('%s', '%s') ON CONFLIC
 	return out, nil
 }
 
-// engineClaim is the claim the dispatch engine makes with its default
+// EngineClaim is the claim the dispatch engine makes with its default
 // configuration and the burn-down's route table: its ordered run, its
 // memory budget per batch and the largest payload the route may send. A
 // claim without them (MaxRun 1) is planned without the runs behind ordered
 // heads, which is not the statement the engine runs.
-func engineClaim(batchSize int) (lease.ClaimParams, error) {
+func EngineClaim(batchSize int) (lease.ClaimParams, error) {
 	routes, err := route.Parse([]byte(routesJSON))
 	if err != nil {
 		return lease.ClaimParams{}, err

@@ -224,7 +224,7 @@ func KeyBound(r outboxrun.BurnDownResult) float64 {
 func StuckPair(r *suite.Results) (stuck, base outboxrun.ClaimScalingResult, ok bool) {
 	var sok, bok bool
 	for _, s := range r.Scaling {
-		if s.Stuck > 0 && !sok {
+		if s.Stuck > 0 && !s.JITOff && !sok {
 			stuck, sok = s, true
 		}
 	}
@@ -234,6 +234,16 @@ func StuckPair(r *suite.Results) (stuck, base outboxrun.ClaimScalingResult, ok b
 		}
 	}
 	return stuck, base, sok && bok
+}
+
+// StuckNoJIT is the stuck key's depth claimed with jit off.
+func StuckNoJIT(r *suite.Results) (outboxrun.ClaimScalingResult, bool) {
+	for _, s := range r.Scaling {
+		if s.Stuck > 0 && s.JITOff {
+			return s, true
+		}
+	}
+	return outboxrun.ClaimScalingResult{}, false
 }
 
 // scalingEnds are the shallowest and deepest depths with neither an

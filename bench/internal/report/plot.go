@@ -46,8 +46,8 @@ func Plot(r *suite.Results, path string) error {
 	if k, u := r.ManyKeys, r.ManyKeysUnordered; k.Messages > 0 && u.Messages > 0 {
 		groups = append(groups, group{color: color.RGBA{R: 148, G: 103, B: 189, A: 255},
 			labels: []string{
-				fmt.Sprintf("outbox engine, %s unordered", thousands(float64(u.Messages))),
-				fmt.Sprintf("outbox engine, %s keys × %d", thousands(float64(r.Config.ManyKeys)), r.Config.PerKey),
+				fmt.Sprintf("outbox engine, batch %d × 1, %s messages unordered", u.Options.BatchSize, thousands(float64(u.Messages))),
+				fmt.Sprintf("outbox engine, batch %d × 1, the same on %s keys", k.Options.BatchSize, thousands(float64(r.Config.ManyKeys))),
 			},
 			values: []float64{u.Rate(), k.Rate()}})
 	}
@@ -72,10 +72,6 @@ func Plot(r *suite.Results, path string) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Burn-down of %s messages of %d bytes on one PostgreSQL (higher is better)",
 		thousands(float64(r.Config.Spec.Messages)), r.Config.Spec.PayloadBytes)
-	if r.ManyKeys.Messages > 0 {
-		p.Title.Text = fmt.Sprintf("Burn-down of %s messages of %d bytes on one PostgreSQL, ordering keys: %s (higher is better)",
-			thousands(float64(r.Config.Spec.Messages)), r.Config.Spec.PayloadBytes, thousands(float64(r.ManyKeys.Messages)))
-	}
 	p.X.Label.Text = "messages per second"
 	p.X.Min = 0
 	p.X.Tick.Marker = thousandsTicks{}

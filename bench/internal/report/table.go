@@ -99,6 +99,9 @@ func rows(r *suite.Results) []row {
 		if s.Stuck > 0 {
 			name += fmt.Sprintf(", %s behind a stuck key", count(s.Stuck))
 		}
+		if s.JITOff {
+			name += " (session jit = off)"
+		}
 		add(name, fmt.Sprintf("p50 %s, p99 %s", msec(s.Claim.P50), msec(s.Claim.P99)),
 			fmt.Sprintf("CompleteBatch p50 %s, p99 %s", msec(s.Complete.P50), msec(s.Complete.P99)))
 	}

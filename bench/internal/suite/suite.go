@@ -19,6 +19,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/watermillrun"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
 
 // Config is what to run.
@@ -46,7 +47,8 @@ type Config struct {
 	ScalingCycles int
 	// StuckDepth is a claim scaling depth with a stuck key's backlog; the
 	// depth of Depths with the same Pending and neither archive nor backlog
-	// is its baseline.
+	// is its baseline. Its database is also claimed on a session with jit
+	// off, as a diagnostic.
 	StuckDepth outboxrun.Depth
 	// Ordered delivery: HotKeyMessages on one ordering key to a webhook
 	// whose every call takes Latency, HotKeySNSMessages on one key to an
@@ -136,7 +138,8 @@ type Results struct {
 	HotKeyHTTP, HotKeySNS       outboxrun.BurnDownResult
 	ManyKeys, ManyKeysUnordered outboxrun.BurnDownResult
 	EnqueueKeyed                outboxrun.EnqueueResult
-	// Scaling has the claim at every depth of Depths, then at StuckDepth.
+	// Scaling has the claim at every depth of Depths, then at StuckDepth,
+	// then at StuckDepth with jit off.
 	Scaling  []outboxrun.ClaimScalingResult
 	Producer outboxrun.ProducerResult
 	Memory   outboxrun.MemoryResult
@@ -152,9 +155,8 @@ const Repeats = 2
 const RiverDispatchers = 4
 
 // FunctionPool is the dispatch function's pool size when
-// OUTBOX_DB_MAX_CONNS is not set: shared/pgconn.DefaultMaxConns, copied
-// because importing shared/pgconn would pull the AWS SDK into this module.
-const FunctionPool = 2
+// OUTBOX_DB_MAX_CONNS is not set.
+const FunctionPool = pgconn.DefaultMaxConns
 
 // Phase names, as Failures keys.
 const (
@@ -365,13 +367,15 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 	}
 
 	// 6. Scaling.
-	depths := append(append([]outboxrun.Depth(nil), cfg.Depths...), cfg.StuckDepth)
+	noJIT := cfg.StuckDepth
+	noJIT.JITOff = true
+	depths := append(append([]outboxrun.Depth(nil), cfg.Depths...), cfg.StuckDepth, noJIT)
 	step("claim latency at depths %v (loading the tables)", depths)
 	if res.Scaling, err = outboxrun.ClaimScaling(ctx, srv, cfg.Spec, depths, cfg.ComparisonBatch, cfg.ScalingWarmup, cfg.ScalingCycles); err != nil {
 		fail(PhaseScaling, err)
 	}
 	for _, s := range res.Scaling {
-		step("  pending %d, archive %d, stuck %d: claim p50 %s p99 %s; complete p50 %s p99 %s (load %s)", s.Pending, s.Archive, s.Stuck,
+		step("  pending %d, archive %d, stuck %d (jit off: %t): claim p50 %s p99 %s; complete p50 %s p99 %s (load %s)", s.Pending, s.Archive, s.Stuck, s.JITOff,
 			ms(s.Claim.P50), ms(s.Claim.P99), ms(s.Complete.P50), ms(s.Complete.P99), s.Load.Round(time.Second))
 	}
 	step("producer transaction with and without Enqueue (%d each)", cfg.ProducerSamples)
