@@ -1,0 +1,209 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
+	"github.com/outboxkit/dispatcher/bench/internal/suite"
+)
+
+// keyTime splits a hot-key run's wall time: the calls at the target's
+// latency, what the calls took beyond it, and the time between the key's
+// runs, when nothing of the key was in flight.
+type keyTime struct {
+	runs int
+	// atLatency is the calls times the target's latency; beyond is the
+	// rest of the time spent in Publish.
+	atLatency, beyond time.Duration
+	// between is the run's wall time outside Publish: the gaps between
+	// runs, the first claim and the last completion.
+	between time.Duration
+	perCall time.Duration
+	// late is the server's own time per call beyond the latency (its timer
+	// firing late), when the server measures it; zero otherwise.
+	late time.Duration
+}
+
+func splitKeyTime(h outboxrun.BurnDownResult) keyTime {
+	t := keyTime{runs: h.Publishes, between: h.Elapsed - h.Publishing}
+	if h.Options.Target != nil {
+		t.atLatency = time.Duration(h.Calls) * h.Options.Target.Latency
+	}
+	t.beyond = h.Publishing - t.atLatency
+	if h.Calls > 0 {
+		t.perCall = h.Publishing / time.Duration(h.Calls)
+		if h.Served > 0 && h.Options.Target != nil {
+			t.late = h.Served/time.Duration(h.Calls) - h.Options.Target.Latency
+		}
+	}
+	return t
+}
+
+// share is d's share of the run's wall time, in percent.
+func share(d time.Duration, h outboxrun.BurnDownResult) float64 {
+	return 100 * d.Seconds() / h.Elapsed.Seconds()
+}
+
+// writeOrdered is the section on ordering keys: two hot keys, many keys.
+func writeOrdered(b *strings.Builder, r *suite.Results) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	cfg := r.Config
+	p("## Ordered delivery\n\n")
+	p("| scenario | messages | msgs/s | against | ratio | goal | claim p50 | complete p50 | between runs p50 | time per call |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	hot := func(name string, h outboxrun.BurnDownResult, bound string) {
+		if h.Messages == 0 {
+			return
+		}
+		t := splitKeyTime(h)
+		p("| %s | %s | %s | %s | %s | ≥ 0.90 | %s | %s | %s | %s |\n", name, thousands(float64(h.Messages)), fine(h.Rate()), bound,
+			ratioText(h.Rate()/KeyBound(h), 0.90), msec(h.ClaimLatency.P50), msec(h.CompleteLatency.P50), msec(h.Gaps.P50), msec2(t.perCall))
+	}
+	hot(fmt.Sprintf("one key → webhook, %s per call", human(cfg.Latency)), r.HotKeyHTTP, fmt.Sprintf("the bound 1 / %s = %s", human(cfg.Latency), rate(KeyBound(r.HotKeyHTTP))))
+	hot(fmt.Sprintf("one key → SNS FIFO topic, %s per PublishBatch", human(cfg.Latency)), r.HotKeySNS, fmt.Sprintf("the bound 10 / %s = %s", human(cfg.Latency), rate(KeyBound(r.HotKeySNS))))
+	if k, u := r.ManyKeys, r.ManyKeysUnordered; k.Messages > 0 && u.Messages > 0 {
+		p("| %s keys × %d messages, interleaved → no-op | %s | %s | unordered, same messages: %s | %s | ≥ 0.80 | %s | %s | – | – |\n",
+			thousands(float64(cfg.ManyKeys)), cfg.PerKey, thousands(float64(k.Messages)), thousands(k.Rate()), rate(u.Rate()), ratioText(k.Rate()/u.Rate(), 0.80), msec(k.ClaimLatency.P50), msec(k.CompleteLatency.P50))
+		p("| the same without ordering keys → no-op | %s | %s | | | | %s | %s | – | – |\n", thousands(float64(u.Messages)), thousands(u.Rate()), msec(u.ClaimLatency.P50), msec(u.CompleteLatency.P50))
+	}
+	p("\nA key's messages go out one call at a time, each after the previous one was accepted, and its next run can be claimed only once this one is recorded (one claim in flight per key); so one key has at most one call in flight, and by Little's law (L = λW with L = B messages in flight) it cannot beat B / W: 1 / %s = %s to a target taking one message per call, 10 / %s = %s to an SNS FIFO topic in `PublishBatch` calls of 10. \"Between runs\" is the time from the end of one run's publishing to the start of the next one's: the run's completion, then the claim of the key's next run, one after the other. \"Time per call\" is the time spent publishing over the calls the target answered.\n\n",
+		human(cfg.Latency), rate(1/cfg.Latency.Seconds()), human(cfg.Latency), rate(10/cfg.Latency.Seconds()))
+	p("How each was measured, and what makes it fair:\n\n")
+	p("- **One hot key** (`dispatch.Engine`, `OrderedRun` at its default of %d): the messages are enqueued with `outbox.EnqueueBatch` on one ordering key (batches of 1,000, a dedupe key each, the same %d-byte payload) into a template database; each run drains a fresh copy, after the same `VACUUM ANALYZE` as every burn-down, with one dispatcher at batch %d on one connection, the configuration the floor comparison uses. The publishers are the product's own, built by `shared/target.Build` from a route table as the dispatch function's cold start builds them: the webhook publisher (Standard Webhooks signing, its keep-alive HTTP client) posting to a local `net/http` server that answers 204 %s after each request arrives; the SNS publisher, through the AWS SDK's serializer, SigV4 signer and retryer, to a FIFO topic on the project's wire-level fake (`shared/awstest/snsfake`, `SetLatency(%s)`: %s from a request's arrival to its answer). Both servers run on this machine, so the calls' own CPU competes with PostgreSQL for the two cores, as it would not against the real services; each server's latency is a Go timer, which wakes a fraction of a millisecond late (the webhook server measures by how much, below). The clock runs from the first claim to the last completion, so the first call's connection set-up is in it (under 0.1%% of a run). ",
+		outboxDefaultRun(r), cfg.Spec.PayloadBytes, cfg.ComparisonBatch, human(cfg.Latency), human(cfg.Latency), human(cfg.Latency))
+	if h := r.HotKeyHTTP; h.Messages > 0 {
+		p("The webhook run drains %s messages once: at 50 msgs/s the 5,000 of the goal's wording would take 100 s, and the figure it tests — what the %d gaps between runs add to %s of calls — is the same per run. ", thousands(float64(h.Messages)), h.Publishes-1, human(splitKeyTime(h).atLatency))
+	}
+	if h := r.HotKeySNS; h.Messages > 0 {
+		p("The SNS run drains %s messages, %d times, and keeps the faster run.", thousands(float64(h.Messages)), suite.Repeats)
+	}
+	p("\n")
+	p("- **Many keys**: %s keys of %d messages, message i on key i mod %s, enqueued in that order (as the producers of that many keys write them, each key's messages spread over the whole queue) with `EnqueueBatch` of 1,000 and dedupe keys; the baseline is as many messages with the same payload and dedupe keys and no ordering key. Both drain fresh copies of their templates with the no-op publisher, one dispatcher at batch %d on one connection, in adjacent pairs (baseline first), %d times, each keeping its faster run. A claim of %d then takes %d keys' whole runs (a head and the %d messages behind it).\n",
+		thousands(float64(cfg.ManyKeys)), cfg.PerKey, thousands(float64(cfg.ManyKeys)), cfg.ComparisonBatch, suite.Repeats, cfg.ComparisonBatch, cfg.ComparisonBatch/max(cfg.PerKey, 1), cfg.PerKey-1)
+	p("- **A stuck key** is in the [claim scaling table](#scaling): the claims of unordered messages with a key's backlog in the same table, against the same claims without it, their cycles interleaved.\n\n")
+
+	for _, h := range []struct {
+		name string
+		run  outboxrun.BurnDownResult
+	}{{"webhook", r.HotKeyHTTP}, {"SNS FIFO", r.HotKeySNS}} {
+		if h.run.Messages == 0 {
+			continue
+		}
+		t := splitKeyTime(h.run)
+		p("Where the %s run's %s went: %.1f%% in calls at the target's %s, %.1f%% in the calls beyond it (%s per call on average",
+			h.name, human(h.run.Elapsed.Round(time.Millisecond)), share(t.atLatency, h.run), human(cfg.Latency), share(t.beyond, h.run), msec2(t.perCall-h.run.Options.Target.Latency))
+		if t.late > 0 {
+			p(": %s of it the server's own `time.Sleep` waking late, as it measured itself, %s the client's work and the loopback round trip", msec2(t.late), msec2(t.perCall-h.run.Options.Target.Latency-t.late))
+		} else {
+			p(": the SDK's serializer and signer, the fake's answer, and the fake's timer waking late as the webhook server's did")
+		}
+		p("), %.1f%% between runs (%d runs of up to %d; %s each at p50, %s at p99). ", share(t.between, h.run), t.runs, h.run.Options.FullBatch, msec(h.run.Gaps.P50), msec(h.run.Gaps.P99))
+	}
+	p("\n\n")
+}
+
+// writeHotKeyGap explains a hot-key goal not met.
+func writeHotKeyGap(b *strings.Builder, r *suite.Results, h outboxrun.BurnDownResult) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	t := splitKeyTime(h)
+	bound := KeyBound(h)
+	lat := h.Options.Target.Latency
+	p("The run took %s for %s messages, %s at the bound. The rest is in two places: **between runs**, %s (%.1f%% of the run): %d gaps of p50 %s, each the run's completion (p50 %s) and then the claim of the key's next run (p50 %s), one after the other — the next run is not claimable before this one is recorded; and **in the calls beyond the target's %s**, %s (%.1f%%, %s per call): ",
+		human(h.Elapsed.Round(time.Millisecond)), thousands(float64(h.Messages)), human(time.Duration(float64(h.Messages)/bound*float64(time.Second)).Round(time.Millisecond)),
+		human(t.between.Round(time.Millisecond)), share(t.between, h), t.runs-1, msec(h.Gaps.P50), msec(h.CompleteLatency.P50), msec(h.ClaimLatency.P50),
+		human(lat), human(t.beyond.Round(time.Millisecond)), share(t.beyond, h), msec2(t.perCall-lat))
+	if t.late > 0 {
+		p("%s of it the server's `time.Sleep` waking late (it measured itself), the rest the client's work and the loopback round trip. ", msec2(t.late))
+	} else {
+		p("the client's own work — the SDK's query serializer and SigV4 signer, the answer's parsing: 0.93 ms per call of 10 at zero latency, publishing straight to the fake on this machine when this section was written — and the fake's Go timer waking late")
+		if w := splitKeyTime(r.HotKeyHTTP); w.late > 0 {
+			p(" (the webhook server, on the same kind of timer, measured %s per call in this run)", msec2(w.late))
+		}
+		p(", on two cores shared with PostgreSQL and whatever else runs on the machine. ")
+	}
+	// What the run would have reached with runs of n messages and each
+	// gap scaled by f, the calls as they were.
+	perMsg := h.Publishing.Seconds() / float64(h.Messages)
+	gap := t.between.Seconds() / float64(max(t.runs, 1))
+	at := func(n int, f float64) float64 { return 1 / (perMsg + f*gap/float64(n)) / bound }
+	run := h.Options.FullBatch
+	p("With the calls as they were, the run would have reached **%.3f** of the bound without any gap: the calls' own time is the larger part, and it leaves the gaps %.1f%% of the run to stay within the goal. At this run's figures, each gap halved (one round trip instead of two) gives %.3f; runs of %d instead of %d with the gaps as they were, %.3f; both, %.3f.\n\n",
+		at(run, 0), 100*(1-0.90/at(run, 0)), at(run, 0.5), 5*run, run, at(5*run, 1), at(5*run, 0.5))
+	p("What would meet it, in the product (not changed here) — the two together, since neither alone does on this machine:\n\n")
+	p("1. **Hand out the key's next run in the completion.** `complete_batch` already settles each key whose message left (it makes the next message the head, under the key's lock); if, for a run delivered whole, it also leased the key's next run to the same worker and returned it, the gap would be one round trip and one commit instead of two. The engine would publish the returned run at once instead of claiming. What is left of the claim's time also shrinks with less planning: `claim_batch` plans its statement afresh on every call (`force_custom_plan`), 1.6–2.2 ms of a hot key's claim of 100 when this section was written, against 1.2 ms to run it.\n")
+	p("2. **Longer runs for batch targets.** The gap is paid once per run of `OrderedRun` messages: to an SNS FIFO topic a run of %d is only %d calls (%s), so the same gap weighs %d times what it weighs against a per-message target. An `OrderedRun` of %d for SNS FIFO routes (a per-target default, or `OUTBOX_ORDERED_RUN`) spreads it over %d calls; the claim and completion of a longer run grow far less than the run does.\n",
+		run, run/max(h.Options.Target.PerCall, 1), human(time.Duration(run/max(h.Options.Target.PerCall, 1))*lat), max(h.Options.Target.PerCall, 1), 5*run, 5*run/max(h.Options.Target.PerCall, 1))
+	p("3. **The calls' own time** is the SDK's and the machine's: against the real SNS the fake's parsing and timer are not on the dispatcher's cores, and what remains is the SDK's serializer and signer.\n\n")
+}
+
+// writeManyKeysGap explains the many-keys goal not met: the claim.
+func writeManyKeysGap(b *strings.Builder, r *suite.Results) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	k, u := r.ManyKeys, r.ManyKeysUnordered
+	cfg := r.Config
+	perKey := max(cfg.PerKey, 1)
+	p("The completion costs %.2f× as much with keys (p50 %s against %s: it also settles the %d keys whose runs left, making no new heads); **the claim is what differs most**: p50 %s against %s, %.1f× — the claims with keys took %.0f%% of the dispatcher's wall time (%s of %s) against %.0f%% without.\n\n",
+		float64(k.CompleteLatency.P50)/float64(u.CompleteLatency.P50), msec(k.CompleteLatency.P50), msec(u.CompleteLatency.P50), cfg.ComparisonBatch/perKey, msec(k.ClaimLatency.P50), msec(u.ClaimLatency.P50), float64(k.ClaimLatency.P50)/float64(u.ClaimLatency.P50),
+		100*k.Claim.Seconds()/k.Elapsed.Seconds(), human(k.Claim.Round(time.Millisecond)), human(k.Elapsed.Round(time.Millisecond)), 100*u.Claim.Seconds()/u.Elapsed.Seconds())
+	heads, followers := cfg.ComparisonBatch, cfg.ComparisonBatch*(perKey-1)
+	p("Why: the `heads` CTE of `claim_batch` takes **%s heads** (`LIMIT p_batch_size`), and `followers` then reads, for every one of them, up to `p_max_run − 1` messages behind it (%d each here) **and row-locks each one** (`LEFT JOIN LATERAL (... FOR UPDATE SKIP LOCKED)`): %s followers read and locked, %s candidates sorted twice and windowed, of which `chosen` keeps the first %s — %d keys' runs; the other %s heads and %s of the followers were read and locked for nothing. ",
+		thousands(float64(heads)), perKey-1, thousands(float64(followers)), thousands(float64(heads+followers)), thousands(float64(cfg.ComparisonBatch)), cfg.ComparisonBatch/perKey,
+		thousands(float64(heads-cfg.ComparisonBatch/perKey)), thousands(float64(followers-(cfg.ComparisonBatch-cfg.ComparisonBatch/perKey))))
+	p("`EXPLAIN (ANALYZE, BUFFERS)` of that statement (the function's `v_ids` query with its parameters: batch 1,000, `p_max_run` 100) on a copy of the full run's workload (2,000 keys × 25, before any claim), when this section was written: 178 ms of the claim's 181 ms, 149,000 buffers touched; the followers' row locks alone about 90 ms (some 3,000 pages dirtied: a row lock writes the tuple), their index scans and the sorts most of the rest. The same statement with its head scan limited to the 40 heads the batch takes ran in 7.6 ms against 122 ms (both without per-node timing).\n\n")
+	p("What would meet it, in the product (not changed here): **bound the claim's work by what the batch takes.** Walk the heads in order and take each head's run until the batch is full — a loop over a cursor of heads (`FOR UPDATE SKIP LOCKED`) in `claim_batch`, or a recursive CTE that carries the running count — so that a claim of %d reads and locks about %d rows whatever the keys' lengths, as the unordered claim does; and lock a follower only once it is chosen (a run still stops at the first one it cannot lock). With keys of one message the claim reads as many heads as now; with long keys it stops after a few. The heads it locks but does not take (%d here) are also skipped meanwhile by a concurrent claim, so a second dispatcher finds less to claim than there is.\n\n",
+		cfg.ComparisonBatch, cfg.ComparisonBatch, cfg.ComparisonBatch-cfg.ComparisonBatch/perKey)
+}
+
+// writeStuckGap explains the stuck-key goal not met.
+func writeStuckGap(b *strings.Builder, r *suite.Results) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	stuck, base, _ := StuckPair(r)
+	p("The backlog is not in `pending_claimable` (`behind = true`) and its head is at the index's far end (due in a year), so the claim's index scan reads neither. ")
+	if nj, ok := StuckNoJIT(r); ok {
+		p("The same claims from the same queue on a session with `jit = off` took p50 %s (×%.2f the baseline's %s); with the server's default, %s. ",
+			msec(nj.Claim.P50), float64(nj.Claim.P50)/float64(base.Claim.P50), msec(base.Claim.P50), msec(stuck.Claim.P50))
+	}
+	p("**What the backlog changes is the plan's estimated cost, and with it JIT compilation.** `claim_batch` plans its statement afresh on every call (`plan_cache_mode = force_custom_plan`), and the planner, which cannot know that the heads it will take are unordered, estimates the runs behind them from the table's statistics: with one key holding most of the rows it expects the heads to bring some 83,000 followers, a cost of 150,000 to 190,000 — above `jit_above_cost` (100,000, PostgreSQL's default and this server's, `jit` on). Every claim then JIT-compiles its statement (62 functions; `EXPLAIN ANALYZE` reports `JIT: ... Expressions true, Deforming true`), and a compilation is not cached between calls. ")
+	p("From the investigation when this section was written (a copy with 100,000 unordered messages and a key of 200,000 behind a head due in a year; the key of 20,000 or 50,000 gave the same estimate): `EXPLAIN ANALYZE` of the claim's statement ran 65–118 ms with the JIT against 3.4 ms for the same statement on the same data without the backlog (1,118 buffers either way), and `claim_batch` itself, in one session, 40–135 ms with `jit` on against 16 ms with it off.\n\n")
+	p("What would meet it, in the product (not changed here): **`SET jit = off` on `claim_batch`**, as migration 5 already does for `settle_keys` for the same reason — a statement that touches at most `p_batch_size` rows by index never repays a compilation — and on `complete_batch` and the reaper's functions, whose estimates follow the same statistics. With it, the figure above is the session-level `jit = off` row.\n\n")
+}
+
+// outboxDefaultRun is the run length the hot-key runs used.
+func outboxDefaultRun(r *suite.Results) int {
+	for _, h := range []outboxrun.BurnDownResult{r.HotKeyHTTP, r.HotKeySNS} {
+		if h.Options.FullBatch > 0 {
+			return h.Options.FullBatch
+		}
+	}
+	return 100
+}
+
+// ratioText is a ratio as Goal.RatioText shows it.
+func ratioText(ratio, target float64) string {
+	return Goal{Ratio: ratio, Target: target}.RatioText()
+}
+
+// fine is a rate with a decimal below 1,000.
+func fine(v float64) string {
+	if v < 1000 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return thousands(v)
+}
+
+// msec2 is a duration in milliseconds with two decimals.
+func msec2(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// joinAnd joins phrases as "a, b and c".
+func joinAnd(parts []string) string {
+	switch len(parts) {
+	case 0:
+		return ""
+	case 1:
+		return parts[0]
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
