@@ -325,7 +325,9 @@ func (r *run) drive() error {
 				r.sum.merge(&part)
 			}
 			if next.ahead != nil {
-				if got := <-next.ahead; got.err == nil {
+				if got := <-next.ahead; got.err == nil && len(got.msgs) > 0 {
+					r.sum.Batches++
+					r.sum.Claimed += len(got.msgs)
 					r.release(got.msgs)
 				}
 			}

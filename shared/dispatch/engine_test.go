@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -631,5 +632,194 @@ func TestHoldBackoffIsBounded(t *testing.T) {
 				t.Fatalf("attempt %d held for %s, want within [%s, %s]", attempt, d, dispatch.HoldMinDelay/2, dispatch.HoldMaxDelay)
 			}
 		}
+	}
+}
+
+// claimNotingStore is the real store, noting what each claim returned.
+// With failFirstBatch, the database fails under one completion: every
+// completion of the run's first batch fails as a dropped connection does,
+// everything else goes through.
+type claimNotingStore struct {
+	*lease.Store
+	failFirstBatch bool
+	mu             sync.Mutex
+	claims         [][]lease.Message
+	failed         int
+}
+
+func (s *claimNotingStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error) {
+	msgs, err := s.Store.ClaimBatch(ctx, p)
+	s.mu.Lock()
+	s.claims = append(s.claims, msgs)
+	s.mu.Unlock()
+	return msgs, err
+}
+
+func (s *claimNotingStore) CompleteBatch(ctx context.Context, w string, results []lease.Result) ([]lease.Completion, error) {
+	s.mu.Lock()
+	fail := s.failFirstBatch && slices.ContainsFunc(results, func(r lease.Result) bool {
+		return slices.ContainsFunc(s.claims[0], func(m lease.Message) bool { return m.ID == r.ID })
+	})
+	if fail {
+		s.failed++
+	}
+	s.mu.Unlock()
+	if fail {
+		return nil, errors.New("unexpected EOF: the server closed the connection")
+	}
+	return s.Store.CompleteBatch(ctx, w, results)
+}
+
+func (s *claimNotingStore) claimed() []uuid.UUID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []uuid.UUID
+	for _, c := range s.claims {
+		for _, m := range c {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+// When the database fails under a completion mid-run, the run stops with
+// the error, and the batch it had already claimed ahead — leased, never
+// published — is given back at once: unleased, its attempt counts as they
+// were, nothing archived, instead of waiting out the lease for the reaper.
+// The batch whose completion failed stays leased (its messages were
+// published; only the reaper may decide their fate).
+func TestFailedCompletionReleasesTheBatchClaimedAhead(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, 30, billingMsg)
+	// Earlier attempts, so that "unchanged" is told apart from "reset".
+	if _, err := f.db.Pool.Exec(context.Background(), `UPDATE outbox.pending SET attempt_count = 2`); err != nil {
+		t.Fatal(err)
+	}
+	store := &claimNotingStore{Store: f.store, failFirstBatch: true}
+	pubs := map[string]publish.Publisher{f.table.Routes[0].Target.Key(): f.billing, f.table.Routes[1].Target.Key(): f.payment}
+	e, err := dispatch.New(dispatch.Config{BatchSize: 10, Lease: time.Hour}, store, f.table, pubs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := e.Run(context.Background(), dispatch.Request{WorkerID: "w"})
+	if err == nil || !strings.Contains(err.Error(), "server closed the connection") {
+		t.Fatalf("run: %v (%+v), want the completion's failure", err, sum)
+	}
+	if store.failed == 0 {
+		t.Fatal("no completion failed: the test exercised nothing")
+	}
+
+	f.billing.mu.Lock()
+	published := map[uuid.UUID]bool{}
+	for id := range f.billing.delivered {
+		published[id] = true
+	}
+	f.billing.mu.Unlock()
+	var unpublished []uuid.UUID
+	for _, id := range store.claimed() {
+		if !published[id] {
+			unpublished = append(unpublished, id)
+		}
+	}
+	// Batch 1 fails to complete while batch 2 publishes and batch 3 is
+	// claimed ahead: batch 3 is what the run holds but never publishes.
+	if len(unpublished) != 10 {
+		t.Fatalf("%d messages claimed but not published, want the 10 claimed ahead", len(unpublished))
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE id = ANY ($1) AND lease_token IS NULL AND lease_expires_at IS NULL
+		AND claimed_by IS NULL AND attempt_count = 2`, unpublished); n != 10 {
+		t.Errorf("%d of the 10 claimed-ahead messages are back in the queue unleased with their attempt count unchanged", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE message_id = ANY ($1)`, unpublished); n != 0 {
+		t.Errorf("%d outcomes archived for messages that were never published", n)
+	}
+	var failedBatch []uuid.UUID
+	for _, m := range store.claims[0] {
+		failedBatch = append(failedBatch, m.ID)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE id = ANY ($1) AND lease_token IS NOT NULL`, failedBatch); n != 10 {
+		t.Errorf("%d of the batch whose completion failed still leased, want 10 (the reaper's to requeue)", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'DISPATCHED'`); n != 10 || sum.Delivered != 10 {
+		t.Errorf("%d DISPATCHED attempts, %d delivered in the summary; want batch 2's 10 recorded", n, sum.Delivered)
+	}
+	// The summary counts every claim, the one given back too.
+	if sum.Batches != 3 || sum.Claimed != 30 || sum.Released != 10 {
+		t.Errorf("summary %+v, want 3 batches, 30 claimed, 10 of them released", sum)
+	}
+}
+
+// overrunTarget delivers everything; each Publish takes the time took
+// gives it on the fake clock, and it notes every message it was given.
+type overrunTarget struct {
+	clock *fakeClock
+	took  func(call int) time.Duration
+	mu    sync.Mutex
+	calls int
+	seen  map[uuid.UUID]bool
+}
+
+func (o *overrunTarget) Publish(_ context.Context, msgs []*lease.Message) []publish.Result {
+	o.mu.Lock()
+	o.calls++
+	for _, m := range msgs {
+		o.seen[m.ID] = true
+	}
+	took := o.took(o.calls)
+	o.mu.Unlock()
+	o.clock.advance(took)
+	return publish.Fill(len(msgs), publish.Ok("ok"))
+}
+
+// A batch claimed ahead on the estimate of the batches before it, when the
+// batch it follows overruns that estimate and leaves it no time to be
+// published, is given back whole — unleased, no attempt charged, nothing
+// archived — not started, and not left leased until the reaper.
+func TestBatchClaimedAheadPastItsTimeIsReleased(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, 1000, billingMsg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	// 5 s left on the engine's clock: batch 1 takes 0.2 s, so batch 3 is
+	// claimed ahead while batch 2 publishes; batch 2 then takes 4.5 s,
+	// leaving 0.3 s, inside the completion reserve.
+	clock := &fakeClock{now: deadline.Add(-5 * time.Second)}
+	target := &overrunTarget{clock: clock, seen: map[uuid.UUID]bool{}, took: func(call int) time.Duration {
+		if call == 2 {
+			return 4500 * time.Millisecond
+		}
+		return 200 * time.Millisecond
+	}}
+	store := &claimNotingStore{Store: f.store}
+	pubs := map[string]publish.Publisher{f.table.Routes[0].Target.Key(): target, f.table.Routes[1].Target.Key(): f.payment}
+	e, err := dispatch.New(dispatch.Config{BatchSize: 100, MaxBatches: 1000, SafetyMargin: 1500 * time.Millisecond,
+		CompletionReserve: 500 * time.Millisecond, Lease: time.Minute, Clock: clock.Now}, store, f.table, pubs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := e.Run(ctx, dispatch.Request{WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unpublished []uuid.UUID
+	for _, id := range store.claimed() {
+		if !target.seen[id] {
+			unpublished = append(unpublished, id)
+		}
+	}
+	if len(unpublished) != 100 {
+		t.Fatalf("%d messages claimed but not published (summary %+v), want batch 3's 100", len(unpublished), sum)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE id = ANY ($1) AND lease_token IS NULL AND attempt_count = 0`, unpublished); n != 100 {
+		t.Errorf("%d of the 100 messages claimed ahead are back in the queue unleased with no attempt charged", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE message_id = ANY ($1)`, unpublished); n != 0 {
+		t.Errorf("%d outcomes archived for messages that were never published", n)
+	}
+	if sum.StoppedBy != dispatch.StoppedDeadline || sum.Batches != 3 || sum.Delivered != 200 || sum.Released != 100 {
+		t.Errorf("summary %+v, want a deadline stop after 3 batches: 200 delivered, 100 released", sum)
 	}
 }
