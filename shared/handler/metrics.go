@@ -37,8 +37,9 @@ type Totals struct {
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	Dead                    int64   `json:"dead"`
 	// BlockedKeys counts ordering keys that cannot move (a head retrying,
-	// leased past its expiry, or dead and parked); OldestBlockedKeyAgeSeconds
-	// is how long the longest-blocked has been.
+	// leased past its expiry, or dead and parked, or the key unsettled: see
+	// lease.BlockedKey); OldestBlockedKeyAgeSeconds is how long the
+	// longest-blocked has been.
 	BlockedKeys                int64   `json:"blocked_keys"`
 	OldestBlockedKeyAgeSeconds float64 `json:"oldest_blocked_key_age_seconds"`
 }

@@ -76,7 +76,9 @@
 //     reason (Discard; the next message goes).
 //
 // A key that cannot move — its head retrying, leased past its expiry, or
-// parked — is listed by BlockedKeys and counted in TopicStats.
+// parked, or the key left without a head by a settle a producer's lock
+// deferred (unsettled) — is listed by BlockedKeys and counted in
+// TopicStats: one definition, in outbox.blocked_key_states, serves both.
 //
 // # Fencing
 //

@@ -19,12 +19,15 @@ const (
 	// BlockedParked: the head died under on_dead = park; the key waits for
 	// it to be replayed or discarded.
 	BlockedParked = "parked"
-	// BlockedUnsettled: a dispatcher could not settle the key's new head
-	// without waiting for a producer committing to it; the next claim does.
+	// BlockedUnsettled: the key has messages but no head: a dispatcher
+	// could not settle its new head without waiting for a producer
+	// committing to it, and no claim has since. The next claim does.
 	BlockedUnsettled = "unsettled"
 )
 
-// BlockedKey is an ordering key whose messages cannot move, and why.
+// BlockedKey is an ordering key whose messages cannot move, and why. A key
+// is listed once, in the first state that holds it: parked, lease_expired,
+// retrying, unsettled.
 type BlockedKey struct {
 	Namespace   string `json:"namespace"`
 	OrderingKey string `json:"ordering_key"`
@@ -33,15 +36,16 @@ type BlockedKey struct {
 	// Since is when the key became blocked: the head's first failure, its
 	// lease expiry, its death, or when its settle was deferred.
 	Since time.Time `json:"since"`
-	// MessageID, SequenceID and Topic name the head (the dead one when
-	// parked); zero for an unsettled key.
+	// MessageID, SequenceID and Topic name the message the key waits on:
+	// its head (the dead one when parked), or for an unsettled key the
+	// message next in line.
 	MessageID    uuid.UUID `json:"message_id"`
 	SequenceID   int64     `json:"sequence_id,omitempty"`
 	Topic        string    `json:"topic,omitempty"`
 	AttemptCount int       `json:"attempt_count"`
 	ErrorCode    string    `json:"error_code,omitempty"`
 	Error        string    `json:"error,omitempty"`
-	// Waiting counts the messages queued behind the head.
+	// Waiting counts the messages queued behind that message.
 	Waiting int64 `json:"waiting"`
 }
 

@@ -441,8 +441,9 @@ type TopicStats struct {
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	// Dead counts dead letters.
 	Dead int64 `json:"dead"`
-	// BlockedKeys counts ordering keys whose head, of this topic, cannot
-	// move: retrying, leased past its expiry, or dead and parked.
+	// BlockedKeys counts the ordering keys BlockedKeys lists whose message
+	// waited on is of this topic: its head retrying, leased past its
+	// expiry, or dead and parked, or the key unsettled.
 	BlockedKeys int64 `json:"blocked_keys"`
 	// OldestBlockedKeyAgeSeconds is how long the longest-blocked of them
 	// has been blocked.
