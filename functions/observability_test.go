@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -161,5 +162,164 @@ func TestLogsNeverCarryPayloadsOrPasswords(t *testing.T) {
 	}
 	if !strings.Contains(fn.Stdout(), `"message":"message dead-lettered"`) || !strings.Contains(fn.Stdout(), `"code":"TARGET_REJECTED"`) {
 		t.Errorf("dead letters were not logged with their code:\n%s", fn.Stdout())
+	}
+}
+
+// The metrics function's BlockedKeys counts a key blocked in each state
+// outbox.blocked_keys() reports — retrying, lease_expired, parked and
+// unsettled — each under its topic, and OldestBlockedKeyAgeSeconds is the
+// age of whichever has been blocked longest, whatever its state.
+func TestMetricsCountBlockedKeysInEveryState(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	states := []struct{ state, key, topic, since string }{
+		{lease.BlockedRetrying, "acct-retrying", "t-retrying",
+			`UPDATE outbox.pending SET failing_since = now() - $2::interval WHERE ordering_key = $1 AND NOT behind`},
+		{lease.BlockedLeaseExpired, "acct-lease", "t-lease",
+			`UPDATE outbox.pending SET lease_expires_at = now() - $2::interval WHERE ordering_key = $1 AND NOT behind`},
+		{lease.BlockedParked, "acct-parked", "t-parked",
+			`UPDATE outbox.dead SET failed_at = now() - $2::interval WHERE ordering_key = $1`},
+		{lease.BlockedUnsettled, "acct-unsettled", "t-unsettled",
+			`UPDATE outbox.unsettled_keys SET since = now() - $2::interval WHERE ordering_key = $1`},
+	}
+	for _, s := range states {
+		enqueue(t, db.Pool, 3, func(i int) outbox.Message {
+			return outbox.Message{Namespace: "payments", Topic: s.topic, OrderingKey: s.key, Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
+		})
+	}
+	heads, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 10, MaxRun: 1, Lease: time.Hour})
+	if err != nil || len(heads) != len(states) {
+		t.Fatalf("claimed %d heads (%v), want %d", len(heads), err, len(states))
+	}
+	complete := func(m lease.Message, r lease.Result) {
+		t.Helper()
+		r.ID, r.LeaseToken = m.ID, m.LeaseToken
+		if _, err := store.CompleteBatch(ctx, "w", []lease.Result{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range heads {
+		switch m.OrderingKey {
+		case "acct-retrying":
+			complete(m, lease.Result{Outcome: lease.Retryable, ErrorCode: "TARGET_5XX", RetryAt: time.Now().Add(time.Hour)})
+		case "acct-parked":
+			complete(m, lease.Result{Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", OnDead: lease.OnDeadPark})
+		case "acct-unsettled":
+			// Delivered while a producer holds the key's lock: the
+			// completion leaves the key without a head and a debt that no
+			// claim comes to pay.
+			tx, err := db.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := outbox.Enqueue(ctx, tx, outbox.Message{Namespace: "payments", Topic: "t-unsettled", OrderingKey: m.OrderingKey, Payload: json.RawMessage(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			complete(m, lease.Result{Outcome: lease.Dispatched})
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// age makes state i the longest blocked, i+1 hours ago, and every other
+	// state a minute ago (i < 0: all of them).
+	age := func(i int) {
+		t.Helper()
+		for j, s := range states {
+			since := "1 minute"
+			if j == i {
+				since = fmt.Sprintf("%d hours", i+1)
+			}
+			if _, err := db.Pool.Exec(ctx, s.since, s.key, since); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	age(-1)
+	blocked, err := store.BlockedKeys(ctx, "", 0)
+	if err != nil || len(blocked) != len(states) {
+		t.Fatalf("blocked keys %+v (%v), want one in each of the %d states", blocked, err, len(states))
+	}
+
+	fn := start(t, "metrics", env(db)...)
+	seen := 0
+	for round, oldest := range states {
+		age(round)
+		var snap struct {
+			Totals struct {
+				BlockedKeys int64 `json:"blocked_keys"`
+			} `json:"totals"`
+		}
+		invoke(t, fn, event(t, "metrics-schedule.json"), 20*time.Second, &snap)
+		// The log line the function writes after its metrics.
+		stdout := awaitOutput(t, fn, `"queue snapshot"`, round+1)
+		var emfLines []string
+		for _, line := range strings.Split(stdout, "\n") {
+			if strings.Contains(line, `"_aws"`) {
+				emfLines = append(emfLines, line)
+			}
+		}
+		docs := emftest.Parse(t, []byte(strings.Join(emfLines, "\n")+"\n"))[seen:]
+		seen += len(docs)
+		total, oldestAge := -1.0, -1.0
+		perTopic := map[string]float64{}
+		for _, d := range docs {
+			mv, ok := d.Metrics["BlockedKeys"]
+			switch {
+			case !ok:
+			case d.Dimensions["Topic"] != "":
+				perTopic[d.Dimensions["Topic"]] += mv.Values[0]
+			default:
+				total = mv.Values[0]
+				oldestAge = d.Metrics["OldestBlockedKeyAgeSeconds"].Values[0]
+			}
+		}
+		if total != float64(len(states)) || snap.Totals.BlockedKeys != int64(len(states)) {
+			t.Errorf("round %d: BlockedKeys %v, snapshot %d; want %d, one key in each state", round, total, snap.Totals.BlockedKeys, len(states))
+		}
+		for _, s := range states {
+			if perTopic[s.topic] != 1 {
+				t.Errorf("round %d: BlockedKeys of topic %s = %v, want its %s key", round, s.topic, perTopic[s.topic], s.state)
+			}
+		}
+		if want := float64(round+1) * 3600; oldestAge < want || oldestAge > want+600 {
+			t.Errorf("round %d: OldestBlockedKeyAgeSeconds %v, want the %s key's %v", round, oldestAge, oldest.state, want)
+		}
+	}
+}
+
+// awaitOutput waits until the function's standard output holds n complete
+// lines containing marker and returns the output up to the n-th: the test
+// reads the process's output through a pipe, which may
+// lag behind the invocation's answer.
+func awaitOutput(t *testing.T, fn *lambdatest.Function, marker string, n int) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := fn.Stdout()
+		seen, end := 0, 0
+		for i := 0; i < len(out) && seen < n; {
+			nl := strings.IndexByte(out[i:], '\n')
+			if nl < 0 {
+				break
+			}
+			if strings.Contains(out[i:i+nl], marker) {
+				seen++
+				end = i + nl + 1
+			}
+			i += nl + 1
+		}
+		if seen >= n {
+			return out[:end]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lines with %s in the function's output after 30s, want %d:\n%s", seen, marker, n, out)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
