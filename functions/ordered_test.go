@@ -120,13 +120,14 @@ func TestOneInvocationDeliversOrderedKeysToSNSFIFO(t *testing.T) {
 }
 
 // orderedReceiver is a webhook endpoint that records every request's key
-// and sequence in arrival order and can refuse given sequences once, or
-// take its time over some messages.
+// and sequence in arrival order and can refuse given sequences once, refuse
+// some messages at once, or take its time over some messages.
 type orderedReceiver struct {
 	*httptest.Server
 	mu       sync.Mutex
 	arrivals []string // "key#sequence"
 	failOnce map[string]bool
+	refuse   func(env publish.Envelope) bool
 	slow     func(env publish.Envelope) time.Duration
 }
 
@@ -144,8 +145,12 @@ func newOrderedReceiver(t *testing.T) *orderedReceiver {
 		r.arrivals = append(r.arrivals, id)
 		fail := r.failOnce[id]
 		delete(r.failOnce, id)
-		slow := r.slow
+		refuse, slow := r.refuse, r.slow
 		r.mu.Unlock()
+		if refuse != nil && refuse(env) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		if slow != nil {
 			time.Sleep(slow(env))
 		}
@@ -323,9 +328,68 @@ func TestEachMessageRecordsItsOwnLatency(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE latency_ms < 500`); n != 36 {
 		t.Errorf("%d attempts recorded under 500ms, want the 36 immediate ones", n)
 	}
-	// The metric carries the same figures.
-	got := emfValues(t, fn.Stdout())
+	// The metric carries the same figures (written before the run's last
+	// log line).
+	got := emfValues(t, awaitOutput(t, fn, `"dispatch finished"`, 1))
 	if got["DispatchLatency/http"] < 4*1500 || got["DispatchLatency/http"] > 4*1500+36*500 {
 		t.Errorf("DispatchLatency summed to %vms, not the messages' own latencies", got["DispatchLatency/http"])
+	}
+}
+
+// The issue's reproduction: an immediate 503 in a group that also held a
+// slow call. The 503's attempt records its own instant, not the slow
+// call's time, and the slow delivery its own 1.5 s.
+func TestImmediateFailureBesideASlowCallRecordsItsOwnLatency(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rcv := newOrderedReceiver(t)
+	rcv.slow = func(env publish.Envelope) time.Duration {
+		if strings.Contains(string(env.Payload), `"slow":true`) {
+			return 1500 * time.Millisecond
+		}
+		return 0
+	}
+	rcv.refuse = func(env publish.Envelope) bool {
+		return strings.Contains(string(env.Payload), `"refuse":true`) && env.Attempt == 1
+	}
+	enqueue(t, db.Pool, 10, func(i int) outbox.Message {
+		m := usage(i)
+		switch i {
+		case 0:
+			m.Payload = json.RawMessage(`{"turn":0,"slow":true}`)
+		case 1:
+			m.Payload = json.RawMessage(`{"turn":1,"refuse":true}`)
+		}
+		return m
+	})
+	// One claim takes all ten, so that the 503 and the slow call are in
+	// one group, to one target, in one invocation.
+	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+rcv.routes(""), "OUTBOX_BATCH_SIZE=10")...)
+	var sum dispatchSummary
+	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
+	if sum.Retried < 1 {
+		t.Fatalf("%+v, want the refused message retried", sum)
+	}
+	// Both in the first claim, recorded by the same invocation.
+	latency := func(dedupeKey, state string) int {
+		t.Helper()
+		var ms int
+		if err := db.Pool.QueryRow(context.Background(), `SELECT latency_ms FROM outbox.attempts
+			WHERE dedupe_key = $1 AND state = $2 AND attempt_no = 1`, dedupeKey, state).Scan(&ms); err != nil {
+			t.Fatalf("the %s attempt of %s: %v", state, dedupeKey, err)
+		}
+		return ms
+	}
+	if ms := latency(usage(1).DedupeKey, "RETRYABLE"); ms >= 500 {
+		t.Errorf("the immediate 503 was recorded at %d ms: the slow call's time, not its own", ms)
+	}
+	if ms := latency(usage(0).DedupeKey, "DISPATCHED"); ms < 1500 {
+		t.Errorf("the slow delivery was recorded at %d ms, want its 1.5 s", ms)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE latency_ms >= 500 AND dedupe_key <> $1`, usage(0).DedupeKey); n != 0 {
+		t.Errorf("%d attempts besides the slow one recorded at 500 ms or more", n)
+	}
+	if n := count(t, db.Pool, `SELECT count(DISTINCT worker_id) FROM outbox.attempts WHERE attempt_no = 1`); n != 1 {
+		t.Errorf("first attempts recorded by %d workers, want the one invocation", n)
 	}
 }
