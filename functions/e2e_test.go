@@ -260,7 +260,7 @@ func TestDispatchDeliversAndDeadLetters(t *testing.T) {
 	}
 
 	// The invocation's metrics equal its answer.
-	got := emfValues(t, fn.Stdout())
+	got := emfValues(t, awaitOutput(t, fn, `"dispatch finished"`, 1))
 	for name, want := range map[string]int{"Claimed": sum.Claimed, "Delivered": sum.Delivered, "Retried": sum.Retried, "DeadLettered": sum.Dead, "LeaseLost": sum.LeaseLost, "Delivered/http": 292} {
 		if got[name] != float64(want) {
 			t.Errorf("EMF %s = %v, summary says %d", name, got[name], want)
@@ -276,7 +276,7 @@ func TestDispatchDeliversAndDeadLetters(t *testing.T) {
 	if sum.StoppedBy != "drained" || sum.Delivered+sum.Dead != 0 || sum.Claimed != sum.Held {
 		t.Fatalf("second tick %+v", sum)
 	}
-	if got := emfValues(t, fn.Stdout()); got["ColdStart"] != 1 {
+	if got := emfValues(t, awaitOutput(t, fn, `"dispatch finished"`, 2)); got["ColdStart"] != 1 {
 		t.Errorf("ColdStart summed %v over two invocations, want 1", got["ColdStart"])
 	}
 }

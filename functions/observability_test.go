@@ -80,7 +80,7 @@ func TestMetricsExporterMatchesStats(t *testing.T) {
 
 	// Every line with "_aws" is a valid EMF document.
 	var emfLines []string
-	for _, line := range strings.Split(fn.Stdout(), "\n") {
+	for _, line := range strings.Split(awaitOutput(t, fn, `"queue snapshot"`, 1), "\n") {
 		if strings.Contains(line, `"_aws"`) {
 			emfLines = append(emfLines, line)
 		}
@@ -143,6 +143,7 @@ func TestLogsNeverCarryPayloadsOrPasswords(t *testing.T) {
 	if sum.Dead == 0 {
 		t.Fatal("no dead letters: the test would not see error logging")
 	}
+	awaitOutput(t, fn, `"dispatch finished"`, 1)
 	// An invocation that fails on the database: its error is logged too.
 	db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db.Name)
 	db.Pool.Exec(context.Background(), `REVOKE CONNECT ON DATABASE `+db.Name+` FROM PUBLIC`)
