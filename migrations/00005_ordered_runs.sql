@@ -89,6 +89,20 @@ ALTER TABLE outbox.attempts
     ADD CONSTRAINT attempts_state_valid CHECK (state IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'ZOMBIE_REQUEUE', 'REPLAYED', 'DISCARDED'));
 COMMENT ON COLUMN outbox.attempts.db_user IS 'The database login (session_user) that made an operator action, beside the operator name it gave.';
 
+-- A dedupe key's window counts from its message's outcome (delivered or
+-- discarded), which the archive records. When retention deletes that
+-- archived row while the key is still kept, the outcome's time moves into
+-- the key (settled_at), so that no order of purges can make a key forget
+-- when its message went. A key whose message left no trace at all (its
+-- archive purged before this migration) has its enqueue time, the only time
+-- known and the one keys were counted from until now.
+ALTER TABLE outbox.dedupe ADD COLUMN settled_at timestamptz;
+COMMENT ON COLUMN outbox.dedupe.settled_at IS 'When the message was delivered or discarded, kept here once its archived outcome is purged; NULL while the archive has it.';
+UPDATE outbox.dedupe k SET settled_at = k.created_at
+WHERE NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = k.message_id)
+  AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = k.message_id)
+  AND NOT EXISTS (SELECT 1 FROM outbox.attempts a WHERE a.message_id = k.message_id AND a.state IN ('DISPATCHED', 'DISCARDED'));
+
 -- Sequences, re-keyed by (namespace, ordering_key). A key that is new to a
 -- namespace starts above outbox.sequence_floor, which is at least every
 -- sequence id a key ever had before its bookkeeping was purged, so that a
@@ -1514,6 +1528,40 @@ AS $$
 $$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+-- forget_attempts deletes the archived attempts p_ids, for retention. The
+-- time of a terminal outcome (DISPATCHED, DISCARDED) whose message still has
+-- its dedupe key moves into the key first (dedupe.settled_at): the key's
+-- window counts from it. Every deletion from the archive goes through here.
+-- Not executable by any runtime role; purge and purge_audit call it.
+CREATE FUNCTION outbox.forget_attempts(p_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    WITH outcomes AS (
+        SELECT a.namespace, a.topic, a.dedupe_key, a.message_id, max(a.created_at) AS at
+        FROM outbox.attempts a
+        WHERE a.id = ANY (p_ids) AND a.state IN ('DISPATCHED', 'DISCARDED') AND a.dedupe_key IS NOT NULL
+        GROUP BY a.namespace, a.topic, a.dedupe_key, a.message_id
+    )
+    UPDATE outbox.dedupe k SET settled_at = greatest(k.settled_at, o.at)
+    FROM outcomes o
+    WHERE k.namespace = o.namespace AND k.topic = o.topic AND k.dedupe_key = o.dedupe_key
+      AND k.message_id = o.message_id;
+
+    PERFORM set_config('outbox.purge_in_progress', 'on', true);
+    DELETE FROM outbox.attempts a WHERE a.id = ANY (p_ids);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    PERFORM set_config('outbox.purge_in_progress', 'off', true);
+    RETURN v_n;
+END;
+$$;
+-- +goose StatementEnd
+
 DROP FUNCTION outbox.purge(interval, interval, int);
 -- +goose StatementBegin
 CREATE FUNCTION outbox.purge(
@@ -1545,50 +1593,50 @@ BEGIN
         RAISE EXCEPTION 'outbox.purge: retention must be at least 1 hour (or NULL to keep), got attempts %, dedupe %, keys %',
             p_attempts_older_than, p_dedupe_older_than, p_keys_older_than USING ERRCODE = '22023';
     END IF;
-    -- A dedupe key's window counts from its message's delivery or discard,
-    -- read from the archive: the archive must outlive the window.
-    IF p_attempts_older_than < p_dedupe_older_than THEN
-        RAISE EXCEPTION 'outbox.purge: attempts retention (%) must not be shorter than dedupe retention (%): a key''s window counts from its message''s outcome in the archive',
-            p_attempts_older_than, p_dedupe_older_than USING ERRCODE = '22023';
-    END IF;
+    -- One retention pass at a time (purge_audit included): a pass locks the
+    -- dedupe keys whose outcomes it moves before the archive rows it
+    -- deletes, then the keys it deletes, and two passes of different
+    -- retentions would take them in orders that can deadlock.
+    PERFORM pg_advisory_xact_lock(hashtext('outbox'), hashtext('purge'));
 
     -- A NULL interval leaves that table alone. The history of a message
     -- that is still pending or dead is kept whatever its age: it is what an
     -- operator reads when deciding what to do with it. Operators' own
     -- actions (REPLAYED, DISCARDED) are not the dispatcher's to erase: only
-    -- outbox.purge_audit, an operator's, deletes them.
+    -- outbox.purge_audit, an operator's, deletes them. A delivery's time
+    -- survives its row in the key it still guards (see forget_attempts).
     IF p_attempts_older_than IS NOT NULL THEN
-        PERFORM set_config('outbox.purge_in_progress', 'on', true);
-        DELETE FROM outbox.attempts a
-        WHERE a.id IN (
+        v_attempts := outbox.forget_attempts(ARRAY(
             SELECT o.id FROM outbox.attempts o
             WHERE o.created_at < now() - p_attempts_older_than
               AND o.state NOT IN ('REPLAYED', 'DISCARDED')
               AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id)
               AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id)
-            LIMIT p_max_rows);
-        GET DIAGNOSTICS v_attempts = ROW_COUNT;
-        PERFORM set_config('outbox.purge_in_progress', 'off', true);
+            LIMIT p_max_rows));
     END IF;
 
     -- A dedupe key outlives its message by the retention window, counted
     -- from the message's terminal outcome (delivered or discarded), never
     -- from its enqueue: a message that waited longer than the window (its
     -- retries, AvailableAt, an outage) keeps its key for the whole window
-    -- after it went. While the message is pending or dead, its key stays.
-    -- The outcome's time is in the archive, which outlives the window (see
-    -- above); the key's own age is a cheap first filter, since no message
-    -- goes before it is enqueued.
+    -- after it went. While the message is pending or dead, its key stays,
+    -- and so does a key whose outcome is known nowhere (the archive has no
+    -- terminal row and the key no settled_at: only a hand edit does that).
+    -- The key's own age is a cheap first filter, since no message goes
+    -- before it is enqueued.
     IF p_dedupe_older_than IS NOT NULL THEN
         DELETE FROM outbox.dedupe x
         USING (
             SELECT k.namespace, k.topic, k.dedupe_key FROM outbox.dedupe k
             WHERE k.created_at < now() - p_dedupe_older_than
+              -- The latest outcome known, in the key or in the archive
+              -- (greatest ignores a NULL; two NULLs keep the key).
+              AND greatest(k.settled_at,
+                           (SELECT max(a.created_at) FROM outbox.attempts a
+                            WHERE a.message_id = k.message_id AND a.state IN ('DISPATCHED', 'DISCARDED')))
+                  < now() - p_dedupe_older_than
               AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = k.message_id)
               AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = k.message_id)
-              AND NOT EXISTS (SELECT 1 FROM outbox.attempts a
-                              WHERE a.message_id = k.message_id AND a.state IN ('DISPATCHED', 'DISCARDED')
-                                AND a.created_at >= now() - p_dedupe_older_than)
             LIMIT p_max_rows) doomed
         WHERE x.namespace = doomed.namespace AND x.topic = doomed.topic AND x.dedupe_key = doomed.dedupe_key;
         GET DIAGNOSTICS v_dedupe = ROW_COUNT;
@@ -1667,17 +1715,15 @@ BEGIN
         RAISE EXCEPTION 'outbox.purge_audit: p_max_rows must be between 1 and 1000000, got %', p_max_rows
             USING ERRCODE = '22023';
     END IF;
-    PERFORM set_config('outbox.purge_in_progress', 'on', true);
-    DELETE FROM outbox.attempts a
-    WHERE a.id IN (
+    -- One retention pass at a time: see outbox.purge.
+    PERFORM pg_advisory_xact_lock(hashtext('outbox'), hashtext('purge'));
+    v_n := outbox.forget_attempts(ARRAY(
         SELECT o.id FROM outbox.attempts o
         WHERE o.created_at < now() - p_older_than
           AND o.state IN ('REPLAYED', 'DISCARDED')
           AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id)
           AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id)
-        LIMIT p_max_rows);
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    PERFORM set_config('outbox.purge_in_progress', 'off', true);
+        LIMIT p_max_rows));
     RETURN v_n;
 END;
 $$;
@@ -1752,6 +1798,7 @@ DROP FUNCTION outbox.discard(uuid[], text, text);
 DROP FUNCTION outbox.grant_namespace(name, text);
 DROP FUNCTION outbox.revoke_namespace(name, text);
 DROP FUNCTION outbox.purge_audit(interval, int);
+DROP FUNCTION outbox.forget_attempts(bigint[]);
 DROP FUNCTION outbox.blocked_keys(text, int);
 DROP FUNCTION outbox.blocked_key_states(text);
 DROP FUNCTION outbox.claim_batch(int, text, int, text[], int, bigint, int);
@@ -2422,6 +2469,7 @@ DROP TABLE outbox.keys;
 DROP TABLE outbox.unsettled_keys;
 DROP TABLE outbox.limits;
 DROP TABLE outbox.producer_namespaces;
+ALTER TABLE outbox.dedupe DROP COLUMN settled_at;
 
 ALTER TABLE outbox.attempts
     DROP COLUMN db_user,

@@ -55,6 +55,15 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 		t.Fatalf("outbox.pending has no per-table autovacuum settings: %v %v", reloptions, err)
 	}
 
+	// Down to the last released migration and up again: a Down half that
+	// left behind anything its Up half creates makes the second Up fail.
+	if _, err := m.DownTo(ctx, 4); err != nil {
+		t.Fatalf("down to 4: %v", err)
+	}
+	if again, err := m.Up(ctx); err != nil || len(again) != int(m.Latest()-4) {
+		t.Fatalf("up from 4 applied %v (%v), want every migration after 4", again, err)
+	}
+
 	if _, err := m.DownTo(ctx, 0); err != nil {
 		t.Fatalf("down: %v", err)
 	}

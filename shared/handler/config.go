@@ -29,9 +29,6 @@ func LoadReaperSettings(getenv func(string) string) (ReaperConfig, int, error) {
 	if d := c.Retention.DedupeOlderThan; d > 0 && d < time.Hour {
 		r.Fail("OUTBOX_DEDUPE_RETENTION", "must be 0 (keep) or at least 1h: a shorter window lets producer retries enqueue duplicates, got %s", d)
 	}
-	if a, d := c.Retention.AttemptsOlderThan, c.Retention.DedupeOlderThan; a > 0 && d > 0 && a < d {
-		r.Fail("OUTBOX_ATTEMPTS_RETENTION", "(%s) must not be shorter than OUTBOX_DEDUPE_RETENTION (%s): a dedupe key's window counts from its message's delivery, which the archive records", a, d)
-	}
 	if d := c.Retention.KeysOlderThan; d > 0 && d < time.Hour {
 		r.Fail("OUTBOX_KEY_RETENTION", "must be 0 (keep) or at least 1h, got %s", d)
 	}

@@ -78,7 +78,7 @@ func age(t testing.TB, pool *pgxpool.Pool, d time.Duration) {
 		`ALTER TABLE outbox.attempts DISABLE TRIGGER attempts_append_only`,
 		`UPDATE outbox.attempts SET created_at = created_at - $1::interval`,
 		`ALTER TABLE outbox.attempts ENABLE TRIGGER attempts_append_only`,
-		`UPDATE outbox.dedupe SET created_at = created_at - $1::interval`,
+		`UPDATE outbox.dedupe SET created_at = created_at - $1::interval, settled_at = settled_at - $1::interval`,
 	} {
 		var args []any
 		if strings.Contains(stmt, "$1") {

@@ -66,7 +66,7 @@ var Variables = []Variable{
 	// Reaper.
 	{"OUTBOX_REAPER_BATCH_SIZE", "1000", "Expired leases repaired per round (1-100000).", "reaper"},
 	{"OUTBOX_REAPER_MAX_ROUNDS", "10", "Repair and purge rounds per invocation (1-1000).", "reaper"},
-	{"OUTBOX_ATTEMPTS_RETENTION", "720h", "Archived attempts older than this are purged (0 keeps them; else at least 1h and at least OUTBOX_DEDUPE_RETENTION); history of pending and dead messages, and operators' actions, are kept.", "reaper"},
+	{"OUTBOX_ATTEMPTS_RETENTION", "720h", "Archived attempts older than this are purged (0 keeps them; else at least 1h); history of pending and dead messages, and operators' actions, are kept.", "reaper"},
 	{"OUTBOX_DEDUPE_RETENTION", "168h", "A dedupe key is forgotten this long after its message was delivered or discarded (0 keeps them; else at least 1h); keys of pending and dead messages are kept.", "reaper"},
 	{"OUTBOX_KEY_RETENTION", "720h", "The bookkeeping of an ordering key with nothing pending or dead is forgotten after this long idle (0 keeps it); a key that comes back continues with higher sequence ids.", "reaper"},
 	{"OUTBOX_PURGE_MAX_ROWS", "10000", "Rows purged per table per round (1-1000000).", "reaper"},
