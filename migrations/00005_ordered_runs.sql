@@ -103,6 +103,60 @@ WHERE NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = k.message_id)
   AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = k.message_id)
   AND NOT EXISTS (SELECT 1 FROM outbox.attempts a WHERE a.message_id = k.message_id AND a.state IN ('DISPATCHED', 'DISCARDED'));
 
+-- Operators' actions that concern no single message (replays and discards
+-- are in the archive, per message): who granted or revoked a namespace, who
+-- shortened the audit trail. Append-only, kept for good, written only by the
+-- outbox functions.
+CREATE TABLE outbox.operator_log (
+    id       bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at       timestamptz NOT NULL DEFAULT now(),
+    action   text        NOT NULL,
+    subject  text,
+    operator text,
+    db_user  text        NOT NULL DEFAULT session_user,
+    reason   text,
+    details  jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    CONSTRAINT operator_log_details_is_object CHECK (jsonb_typeof(details) = 'object')
+);
+COMMENT ON TABLE outbox.operator_log IS 'Append-only log of operator actions beyond single messages: action, subject, the operator name given, the login (db_user), reason, details.';
+COMMENT ON COLUMN outbox.operator_log.operator IS 'The operator name the caller gave, if any; db_user is the login that made the action, whatever it said.';
+CREATE INDEX operator_log_at ON outbox.operator_log USING brin (at);
+
+-- +goose StatementBegin
+CREATE FUNCTION outbox.operator_log_append_only() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'outbox.operator_log is append-only: % is not allowed', TG_OP
+        USING ERRCODE = 'P0001',
+              HINT = 'Operator actions are recorded by the outbox functions, and kept.';
+END;
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER operator_log_append_only
+    BEFORE UPDATE OR DELETE OR TRUNCATE ON outbox.operator_log
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox.operator_log_append_only();
+
+-- +goose StatementBegin
+-- record_operator_action appends to outbox.operator_log; the operator
+-- functions call it as the owner, and no runtime role may.
+CREATE FUNCTION outbox.record_operator_action(
+    p_action   text,
+    p_subject  text,
+    p_operator text,
+    p_reason   text,
+    p_details  jsonb)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO outbox.operator_log (action, subject, operator, reason, details)
+    VALUES (p_action, p_subject, nullif(p_operator, ''), nullif(p_reason, ''), coalesce(p_details, '{}'::jsonb))
+    RETURNING id;
+$$;
+-- +goose StatementEnd
+
 -- Sequences, re-keyed by (namespace, ordering_key). A key that is new to a
 -- namespace starts above outbox.sequence_floor, which is at least every
 -- sequence id a key ever had before its bookkeeping was purged, so that a
@@ -1696,14 +1750,19 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION outbox.purge_audit(p_older_than interval, p_max_rows int)
+CREATE FUNCTION outbox.purge_audit(
+    p_older_than interval,
+    p_max_rows   int,
+    p_operator   text DEFAULT NULL,
+    p_reason     text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 -- Operators' actions in the archive (REPLAYED, DISCARDED) older than
 -- p_older_than, of messages no longer pending or dead: the audit trail,
--- which outbox.purge leaves alone and only an operator may shorten.
+-- which outbox.purge leaves alone and only an operator may shorten. The
+-- purge itself is recorded in outbox.operator_log, which nothing shortens.
 DECLARE
     v_n bigint;
 BEGIN
@@ -1724,19 +1783,28 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id)
           AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id)
         LIMIT p_max_rows));
+    PERFORM outbox.record_operator_action('purge_audit', 'outbox.attempts', p_operator, p_reason,
+        jsonb_build_object('older_than', p_older_than::text, 'max_rows', p_max_rows, 'purged', v_n));
     RETURN v_n;
 END;
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION outbox.grant_namespace(p_role name, p_namespace text)
+CREATE FUNCTION outbox.grant_namespace(
+    p_role      name,
+    p_namespace text,
+    p_operator  text DEFAULT NULL,
+    p_reason    text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 -- Confines p_role's members to the namespaces granted to it (this one and
 -- any others): from their next enqueue, any other namespace is refused.
+-- Recorded in outbox.operator_log, a grant that already existed too.
+DECLARE
+    v_new boolean;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = p_role) THEN
         RAISE EXCEPTION 'outbox.grant_namespace: role % does not exist', quote_ident(p_role) USING ERRCODE = '22023';
@@ -1747,28 +1815,42 @@ BEGIN
     END IF;
     INSERT INTO outbox.producer_namespaces (role_name, namespace) VALUES (p_role, p_namespace)
     ON CONFLICT ON CONSTRAINT producer_namespaces_pkey DO NOTHING;
+    v_new := FOUND;
+    PERFORM outbox.record_operator_action('grant_namespace', p_role, p_operator, p_reason,
+        jsonb_build_object('namespace', p_namespace, 'new', v_new));
 END;
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION outbox.revoke_namespace(p_role name, p_namespace text)
+CREATE FUNCTION outbox.revoke_namespace(
+    p_role      name,
+    p_namespace text,
+    p_operator  text DEFAULT NULL,
+    p_reason    text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 -- Takes a namespace back from p_role; a role left with none is no longer
--- confined at all. Returns whether the grant existed.
+-- confined at all. Returns whether the grant existed. The grant's row goes;
+-- outbox.operator_log keeps who revoked it, and who had granted it when.
+DECLARE
+    v_grant outbox.producer_namespaces;
 BEGIN
-    DELETE FROM outbox.producer_namespaces g WHERE g.role_name = p_role AND g.namespace = p_namespace;
-    RETURN FOUND;
+    DELETE FROM outbox.producer_namespaces g WHERE g.role_name = p_role AND g.namespace = p_namespace
+    RETURNING g.* INTO v_grant;
+    PERFORM outbox.record_operator_action('revoke_namespace', p_role, p_operator, p_reason,
+        jsonb_strip_nulls(jsonb_build_object('namespace', p_namespace, 'existed', v_grant.role_name IS NOT NULL,
+                                             'granted_by', v_grant.granted_by, 'granted_at', v_grant.granted_at)));
+    RETURN v_grant.role_name IS NOT NULL;
 END;
 $$;
 -- +goose StatementEnd
 
 -- Every new function is the state machine's, not the public's.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
-REVOKE ALL ON outbox.limits, outbox.sequence_floor, outbox.keys, outbox.unsettled_keys, outbox.producer_namespaces FROM PUBLIC;
+REVOKE ALL ON outbox.limits, outbox.sequence_floor, outbox.keys, outbox.unsettled_keys, outbox.producer_namespaces, outbox.operator_log FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     outbox.claim_batch(int, text, int, text[], int, bigint, int),
     outbox.purge(interval, interval, int, interval),
@@ -1777,14 +1859,14 @@ GRANT EXECUTE ON FUNCTION
 TO outbox_dispatcher;
 GRANT EXECUTE ON FUNCTION
     outbox.discard(uuid[], text, text),
-    outbox.purge_audit(interval, int),
-    outbox.grant_namespace(name, text),
-    outbox.revoke_namespace(name, text),
+    outbox.purge_audit(interval, int, text, text),
+    outbox.grant_namespace(name, text, text, text),
+    outbox.revoke_namespace(name, text, text, text),
     outbox.stats(),
     outbox.blocked_keys(text, int)
 TO outbox_operator;
 GRANT EXECUTE ON FUNCTION outbox.stats(), outbox.blocked_keys(text, int) TO outbox_reader;
-GRANT SELECT ON outbox.limits, outbox.producer_namespaces TO outbox_operator, outbox_reader;
+GRANT SELECT ON outbox.limits, outbox.producer_namespaces, outbox.operator_log TO outbox_operator, outbox_reader;
 
 -- +goose Down
 -- Back to migration 4: the previous state machine, verbatim from migration 2
@@ -1795,10 +1877,13 @@ GRANT SELECT ON outbox.limits, outbox.producer_namespaces TO outbox_operator, ou
 DROP TRIGGER sequences_settle_at_commit ON outbox.sequences;
 DROP FUNCTION outbox.sequences_settle_at_commit();
 DROP FUNCTION outbox.discard(uuid[], text, text);
-DROP FUNCTION outbox.grant_namespace(name, text);
-DROP FUNCTION outbox.revoke_namespace(name, text);
-DROP FUNCTION outbox.purge_audit(interval, int);
+DROP FUNCTION outbox.grant_namespace(name, text, text, text);
+DROP FUNCTION outbox.revoke_namespace(name, text, text, text);
+DROP FUNCTION outbox.purge_audit(interval, int, text, text);
 DROP FUNCTION outbox.forget_attempts(bigint[]);
+DROP FUNCTION outbox.record_operator_action(text, text, text, text, jsonb);
+DROP TABLE outbox.operator_log;
+DROP FUNCTION outbox.operator_log_append_only();
 DROP FUNCTION outbox.blocked_keys(text, int);
 DROP FUNCTION outbox.blocked_key_states(text);
 DROP FUNCTION outbox.claim_batch(int, text, int, text[], int, bigint, int);

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -25,35 +26,28 @@ func sqlstate(err error) string {
 	return ""
 }
 
-// A producer confined to its namespace cannot enqueue into another's, so it
-// can neither squat the other team's dedupe keys (and have its forged
-// payload delivered in their place) nor hold the other team's ordering
-// keys; in its own namespace it works as before.
+// A producer confined to its namespaces works in them as before, the
+// unconfined owner of another namespace is unaffected, and a revoke lifts
+// the confinement. What a confined producer is refused (enqueueing into,
+// squatting the dedupe keys of or blocking the ordering keys of another
+// namespace) is in the privilege matrix: TestEveryMisuseOfAGrantedFunctionIsRefused.
 func TestProducerConfinedToItsNamespaces(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	intruder := pgtest.Connect(t, db.LoginAs(t, "outbox_producer"))
+	confined := pgtest.Connect(t, db.LoginAs(t, "outbox_producer"))
 	var login string
-	if err := intruder.QueryRow(ctx, `SELECT current_user`).Scan(&login); err != nil {
+	if err := confined.QueryRow(ctx, `SELECT current_user`).Scan(&login); err != nil {
 		t.Fatal(err)
 	}
 	operator := pgtest.Connect(t, db.LoginAs(t, "outbox_operator"))
 	if _, err := operator.Exec(ctx, `SELECT outbox.grant_namespace($1, 'reporting')`, login); err != nil {
 		t.Fatalf("an operator grants a namespace: %v", err)
 	}
-
-	for what, sql := range map[string]string{
-		"squat a dedupe key":    `SELECT * FROM outbox.enqueue('payments', 'captured', '{"amount": 1000000}', p_dedupe_key => 'pay-77')`,
-		"block an ordering key": `SELECT * FROM outbox.enqueue('payments', 'captured', '{"x": 1}', p_ordering_key => 'acct-9', p_available_at => now() + interval '300 days')`,
-		"enqueue a batch":       `SELECT * FROM outbox.enqueue_batch(ARRAY['reporting', 'payments'], ARRAY['t', 't'], ARRAY['{"a":1}', '{"a":2}'])`,
-	} {
-		_, err := intruder.Exec(ctx, sql)
-		if sqlstate(err) != insufficientPrivilege || !strings.Contains(err.Error(), `namespace 'payments'`) {
-			t.Errorf("%s in another team's namespace: %v, want 42501 naming the namespace", what, err)
-		}
+	if _, err := confined.Exec(ctx, `SELECT * FROM outbox.enqueue('payments', 'captured', '{"x": 1}')`); sqlstate(err) != insufficientPrivilege {
+		t.Fatalf("confined, into another namespace: %v, want refused", err)
 	}
-	if _, err := intruder.Exec(ctx, `SELECT * FROM outbox.enqueue('reporting', 'daily', '{"rows": 3}', p_dedupe_key => 'pay-77')`); err != nil {
+	if _, err := confined.Exec(ctx, `SELECT * FROM outbox.enqueue('reporting', 'daily', '{"rows": 3}', p_dedupe_key => 'pay-77')`); err != nil {
 		t.Fatalf("enqueue into its own namespace: %v", err)
 	}
 
@@ -85,13 +79,16 @@ func TestProducerConfinedToItsNamespaces(t *testing.T) {
 	if _, err := operator.Exec(ctx, `SELECT outbox.revoke_namespace($1, 'reporting')`, login); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := intruder.Exec(ctx, `SELECT * FROM outbox.enqueue('payments', 'refunded', '{"x": 1}')`); err != nil {
+	if _, err := confined.Exec(ctx, `SELECT * FROM outbox.enqueue('payments', 'refunded', '{"x": 1}')`); err != nil {
 		t.Fatalf("after the revoke: %v", err)
 	}
 }
 
-// The dispatcher's purge cannot shorten retention below an hour, nor erase
-// operators' actions from the archive; only an operator can, after a day.
+// The dispatcher's purge leaves operators' actions in the archive; only an
+// operator's purge_audit takes them, and the operator log keeps that it
+// did. (The floors, an hour for purge and a day for purge_audit, and the
+// dispatcher's lack of purge_audit, are in the privilege matrix:
+// TestEveryMisuseOfAGrantedFunctionIsRefused.)
 func TestDispatcherCannotEraseTheAuditTrail(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -113,10 +110,6 @@ func TestDispatcherCannotEraseTheAuditTrail(t *testing.T) {
 	}
 
 	dispatcher := pgtest.Connect(t, db.LoginAs(t, "outbox_dispatcher"))
-	_, err := dispatcher.Exec(ctx, `SELECT * FROM outbox.purge('0 seconds', '0 seconds', 1000000)`)
-	if sqlstate(err) != "22023" || !strings.Contains(err.Error(), "at least 1 hour") {
-		t.Fatalf("the dispatcher purging everything: %v, want refused", err)
-	}
 	// Two days later, the dispatcher's purge takes the message's history
 	// but not the replay.
 	for _, stmt := range []string{
@@ -141,16 +134,20 @@ func TestDispatcherCannotEraseTheAuditTrail(t *testing.T) {
 	if strings.Join(states, ",") != "REPLAYED" {
 		t.Fatalf("after the dispatcher's purge the archive holds %v, want the REPLAYED audit row only", states)
 	}
-	if _, err := dispatcher.Exec(ctx, `SELECT outbox.purge_audit('1 day', 100)`); sqlstate(err) != insufficientPrivilege {
-		t.Fatalf("the dispatcher erasing the audit trail: %v, want permission denied", err)
-	}
 	operator := pgtest.Connect(t, db.LoginAs(t, "outbox_operator"))
-	if _, err := operator.Exec(ctx, `SELECT outbox.purge_audit('1 hour', 100)`); sqlstate(err) != "22023" {
-		t.Fatalf("an operator's purge of the audit trail under a day: %v, want refused", err)
-	}
 	var n int64
-	if err := operator.QueryRow(ctx, `SELECT outbox.purge_audit('1 day', 100)`).Scan(&n); err != nil || n != 1 {
+	if err := operator.QueryRow(ctx, `SELECT outbox.purge_audit('1 day', 100, p_operator => 'oncall-ana', p_reason => 'retention policy')`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("an operator's purge of the audit trail: %d %v", n, err)
+	}
+	var login, details string
+	operator.QueryRow(ctx, `SELECT session_user`).Scan(&login)
+	if err := operator.QueryRow(ctx, `SELECT details::text FROM outbox.operator_log
+		WHERE action = 'purge_audit' AND subject = 'outbox.attempts' AND operator = 'oncall-ana' AND db_user = $1 AND reason = 'retention policy'`,
+		login).Scan(&details); err != nil {
+		t.Fatalf("the purge of the audit trail is not in the operator log: %v", err)
+	}
+	if details != `{"purged": 1, "max_rows": 100, "older_than": "1 day"}` {
+		t.Fatalf("the operator log says %s of the purge", details)
 	}
 }
 
@@ -185,8 +182,9 @@ func TestOperatorActionsRecordTheLogin(t *testing.T) {
 }
 
 // The schema and its functions belong to outbox_owner, not to the
-// superuser that migrated, and a function the owner creates later is not
-// executable by PUBLIC.
+// superuser that migrated. (That a function the owner creates later is
+// executable by no one until granted is in the privilege matrix:
+// TestEveryForbiddenActIsDenied.)
 func TestSchemaBelongsToTheOutboxOwner(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -200,29 +198,74 @@ func TestSchemaBelongsToTheOutboxOwner(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = 'outbox_owner'`).Scan(&super); err != nil || super {
 		t.Fatalf("outbox_owner is a superuser (%v)", err)
 	}
-	// A later migration's function, created as the owner.
-	tx, err := db.Pool.Begin(ctx)
+}
+
+// Who granted, took back or purged what stays in outbox.operator_log: the
+// name the operator gave, the login that did it, the reason. A revoke
+// deletes the grant's row, not the record of it. Nobody rewrites the log,
+// not even its owner or a superuser; only the operator functions write it
+// (that no runtime role may is in TestEveryForbiddenActIsDenied).
+func TestOperatorLogRecordsNamespaceGrants(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	operator := pgtest.Connect(t, db.LoginAs(t, "outbox_operator"))
+	var login string
+	operator.QueryRow(ctx, `SELECT session_user`).Scan(&login)
+	for _, stmt := range []string{
+		`SELECT outbox.grant_namespace('outbox_producer', 'reporting', p_operator => 'ana', p_reason => 'new team')`,
+		`SELECT outbox.grant_namespace('outbox_producer', 'reporting')`,
+		`SELECT outbox.revoke_namespace('outbox_producer', 'reporting', p_operator => 'ben', p_reason => 'team gone')`,
+		`SELECT outbox.revoke_namespace('outbox_producer', 'reporting', p_operator => 'ben')`,
+	} {
+		if _, err := operator.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	reader := pgtest.Connect(t, db.LoginAs(t, "outbox_reader"))
+	rows, err := reader.Query(ctx, `SELECT action, subject, coalesce(operator, '-'), db_user = $1, coalesce(reason, '-'),
+			details - 'granted_at' - 'granted_by', coalesce(details ? 'granted_at' AND details->>'granted_by' = $1, false)
+		FROM outbox.operator_log ORDER BY id`, login)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, stmt := range []string{
-		`SET LOCAL ROLE outbox_owner`,
-		`CREATE FUNCTION outbox.added_later() RETURNS int LANGUAGE sql SECURITY DEFINER AS 'SELECT 1'`,
-	} {
-		if _, err := tx.Exec(ctx, stmt); err != nil {
+	var got []string
+	for rows.Next() {
+		var action, subject, name, reason string
+		var byLogin, grantRecalled bool
+		var details map[string]any
+		if err := rows.Scan(&action, &subject, &name, &byLogin, &reason, &details, &grantRecalled); err != nil {
 			t.Fatal(err)
 		}
+		got = append(got, fmt.Sprintf("%s %s by %s (login %v) for %s: %v, grant recalled %v", action, subject, name, byLogin, reason, details, grantRecalled))
 	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
+	want := []string{
+		"grant_namespace outbox_producer by ana (login true) for new team: map[namespace:reporting new:true], grant recalled false",
+		"grant_namespace outbox_producer by - (login true) for -: map[namespace:reporting new:false], grant recalled false",
+		"revoke_namespace outbox_producer by ben (login true) for team gone: map[existed:true namespace:reporting], grant recalled true",
+		"revoke_namespace outbox_producer by ben (login true) for -: map[existed:false namespace:reporting], grant recalled false",
 	}
-	var public bool
-	if err := db.Pool.QueryRow(ctx, `SELECT has_function_privilege('public', 'outbox.added_later()', 'EXECUTE')`).Scan(&public); err != nil || public {
-		t.Fatalf("PUBLIC may execute a function added later (%v)", err)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the operator log holds\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
-	reader := pgtest.Connect(t, db.LoginAs(t, "outbox_reader"))
-	if _, err := reader.Exec(ctx, `SELECT outbox.added_later()`); sqlstate(err) != insufficientPrivilege {
-		t.Fatalf("a reader calling a function added later: %v, want permission denied", err)
+
+	// Append-only for everyone, the superuser and the owner included.
+	for _, as := range []string{"", "SET ROLE outbox_owner; "} {
+		for _, stmt := range []string{
+			`UPDATE outbox.operator_log SET operator = 'someone else'`,
+			`DELETE FROM outbox.operator_log`,
+			`TRUNCATE outbox.operator_log`,
+		} {
+			conn := pgtest.Connect(t, db.URL)
+			_, err := conn.Exec(ctx, as+stmt)
+			if sqlstate(err) != "P0001" || !strings.Contains(err.Error(), "append-only") {
+				t.Errorf("%s%s: %v, want P0001 append-only", as, stmt, err)
+			}
+		}
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.operator_log`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("the log holds %d rows after the attempts to rewrite it (%v), want 4", n, err)
 	}
 }
 

@@ -47,7 +47,7 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 		conn.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'outbox'`).Scan(&functions)
 		return
 	}
-	if tables, functions := objects(); tables != 10 || functions < 9 {
+	if tables, functions := objects(); tables != 11 || functions < 9 {
 		t.Fatalf("after up: %d tables, %d functions in schema outbox", tables, functions)
 	}
 	var reloptions []string
@@ -76,7 +76,7 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatalf("up after down: %v", err)
 	}
-	if tables, _ := objects(); tables != 10 {
+	if tables, _ := objects(); tables != 11 {
 		t.Fatalf("after up, down, up: %d tables", tables)
 	}
 }

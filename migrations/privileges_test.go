@@ -25,6 +25,23 @@ import (
 // function added by a later migration is covered without editing this
 // file), and every change to the schema itself. Nothing may succeed, and
 // the refusal must be PostgreSQL's, SQLSTATE 42501, before any row is read.
+//
+// The matrix has two halves:
+//
+//   - TestEveryForbiddenActIsDenied: what no grant allows, role by role,
+//     from the catalog; a function the owner creates later (as a later
+//     migration would) is among those walked, and PUBLIC holds nothing.
+//     Reading another team's dedupe or ordering keys is here: no runtime
+//     role may read outbox.dedupe or outbox.sequences.
+//   - TestEveryMisuseOfAGrantedFunctionIsRefused: what a granted function
+//     refuses for its arguments — a producer confined to one namespace
+//     enqueueing into, squatting the dedupe keys of or blocking the
+//     ordering keys of another; the dispatcher purging below the floor or
+//     erasing operators' actions.
+//
+// What the permitted side does (the owner of a namespace unaffected, a
+// revoke lifting the confinement, what a purge at the floor keeps, what the
+// operator log records) is in hardening_test.go.
 
 var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_operator", "outbox_reader"}
 
@@ -40,8 +57,8 @@ var grantedFunctions = map[string][]string{
 // readableTables are the tables each role may SELECT; no role may do
 // anything else to any table.
 var readableTables = map[string][]string{
-	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces"},
-	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces"},
+	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces", "operator_log"},
+	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces", "operator_log"},
 }
 
 type function struct {
@@ -154,6 +171,10 @@ func TestEveryForbiddenActIsDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A function a later migration adds, created as such migrations do (as
+	// the owner): closed to PUBLIC, so to every role, until granted.
+	createdLater(t, db)
+
 	tables, sequences, functions := catalog(t, pgtest.Connect(t, db.URL))
 	admin := db.Pool
 
@@ -244,7 +265,7 @@ func TestEveryForbiddenActIsDenied(t *testing.T) {
 				denied(t, conn, "DROP FUNCTION "+f.signature, `DROP FUNCTION `+f.signature)
 				denied(t, conn, "CREATE OR REPLACE "+f.signature, `CREATE OR REPLACE FUNCTION outbox.`+pgx.Identifier{f.name}.Sanitize()+`() RETURNS int LANGUAGE sql AS 'SELECT 1'`)
 			}
-			for _, name := range []string{"uuid_v7", "attempts_append_only"} {
+			for _, name := range []string{"uuid_v7", "attempts_append_only", "added_later"} {
 				if !slices.ContainsFunc(functions, func(f function) bool { return f.name == name }) {
 					t.Errorf("outbox.%s not found in the catalog", name)
 				}
@@ -297,6 +318,97 @@ func TestEveryForbiddenActIsDenied(t *testing.T) {
 	}
 	t.Logf("%d forbidden acts tried on %d tables, %d sequences and %d functions, by %d roles",
 		tried.Load(), len(tables), len(sequences), len(functions), len(runtimeRoles))
+}
+
+// createdLater creates outbox.added_later() as a later migration would: a
+// SECURITY DEFINER function of the owner's, granted to no one.
+func createdLater(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, stmt := range []string{
+		`SET LOCAL ROLE outbox_owner`,
+		`CREATE FUNCTION outbox.added_later() RETURNS int LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 'SELECT 1'`,
+	} {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A granted function refuses the arguments that would turn it against
+// another team or against the audit trail, before writing anything.
+func TestEveryMisuseOfAGrantedFunctionIsRefused(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	producer := pgtest.Connect(t, db.LoginAs(t, "outbox_producer"))
+	var login string
+	if err := producer.QueryRow(ctx, `SELECT current_user`).Scan(&login); err != nil {
+		t.Fatal(err)
+	}
+	operator := pgtest.Connect(t, db.LoginAs(t, "outbox_operator"))
+	if _, err := operator.Exec(ctx, `SELECT outbox.grant_namespace($1, 'reporting')`, login); err != nil {
+		t.Fatal(err)
+	}
+	dispatcher := pgtest.Connect(t, db.LoginAs(t, "outbox_dispatcher"))
+
+	const notPayments = `namespace 'payments'`
+	for _, c := range []struct {
+		conn       *pgx.Conn
+		what, sql  string
+		code, text string
+	}{
+		// A producer confined to namespace reporting, against payments.
+		{producer, "enqueue into another namespace",
+			`SELECT * FROM outbox.enqueue('payments', 'captured', '{"amount": 1}')`, insufficientPrivilege, notPayments},
+		{producer, "enqueue_batch with one message in another namespace",
+			`SELECT * FROM outbox.enqueue_batch(ARRAY['reporting', 'payments'], ARRAY['daily', 'captured'], ARRAY['{"a": 1}', '{"a": 2}'])`, insufficientPrivilege, notPayments},
+		{producer, "squat another namespace's dedupe key",
+			`SELECT * FROM outbox.enqueue('payments', 'captured', '{"amount": 1000000}', p_dedupe_key => 'pay-77')`, insufficientPrivilege, notPayments},
+		{producer, "squat another namespace's dedupe key in a batch",
+			`SELECT * FROM outbox.enqueue_batch(ARRAY['payments'], ARRAY['captured'], ARRAY['{"amount": 1000000}'], p_dedupe_keys => ARRAY['pay-77'])`, insufficientPrivilege, notPayments},
+		{producer, "block another namespace's ordering key for 300 days",
+			`SELECT * FROM outbox.enqueue('payments', 'captured', '{"x": 1}', p_ordering_key => 'acct-9', p_available_at => now() + interval '300 days')`, insufficientPrivilege, notPayments},
+		{producer, "block another namespace's ordering key for ever",
+			`SELECT * FROM outbox.enqueue('payments', 'captured', '{"x": 1}', p_ordering_key => 'acct-9', p_available_at => 'infinity')`, insufficientPrivilege, notPayments},
+		{producer, "block another namespace's ordering key for ever in a batch",
+			`SELECT * FROM outbox.enqueue_batch(ARRAY['payments'], ARRAY['captured'], ARRAY['{"x": 1}'], p_ordering_keys => ARRAY['acct-9'], p_available_at => ARRAY['infinity'::timestamptz])`, insufficientPrivilege, notPayments},
+		// Nor its own ordering key (an infinite hold is no message).
+		{producer, "block its own ordering key for ever",
+			`SELECT * FROM outbox.enqueue('reporting', 'daily', '{"x": 1}', p_ordering_key => 'acct-9', p_available_at => 'infinity')`, "P7004", "available_at must be a finite time"},
+
+		// The dispatcher's retention purge, below the floor of an hour.
+		{dispatcher, "purge everything", `SELECT * FROM outbox.purge('0 seconds', '0 seconds', 1000000)`, "22023", "at least 1 hour"},
+		{dispatcher, "purge the archive below the floor", `SELECT * FROM outbox.purge('59 minutes', NULL, 100)`, "22023", "at least 1 hour"},
+		{dispatcher, "purge dedupe keys below the floor", `SELECT * FROM outbox.purge(NULL, '59 minutes', 100)`, "22023", "at least 1 hour"},
+		{dispatcher, "purge ordering keys below the floor", `SELECT * FROM outbox.purge(NULL, NULL, 100, '59 minutes')`, "22023", "at least 1 hour"},
+		{dispatcher, "purge with a negative retention", `SELECT * FROM outbox.purge('-1 day', NULL, 100)`, "22023", "at least 1 hour"},
+		// Operators' actions are an operator's to purge, and not under a day.
+		{dispatcher, "erase the audit trail", `SELECT outbox.purge_audit('1 day', 100)`, insufficientPrivilege, "permission denied for function purge_audit"},
+		{operator, "shorten the audit trail below a day", `SELECT outbox.purge_audit('23 hours', 100)`, "22023", "at least 1 day"},
+	} {
+		_, err := c.conn.Exec(ctx, c.sql)
+		if sqlstate(err) != c.code || !strings.Contains(fmt.Sprint(err), c.text) {
+			t.Errorf("%s: %v, want SQLSTATE %s saying %q\n    %s", c.what, err, c.code, c.text, c.sql)
+		}
+	}
+
+	// Refused before anything was written: no message, no dedupe key, no
+	// ordering key, nothing purged.
+	var written int
+	if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox.pending) + (SELECT count(*) FROM outbox.dedupe)
+		+ (SELECT count(*) FROM outbox.sequences) + (SELECT count(*) FROM outbox.keys)
+		+ (SELECT count(*) FROM outbox.operator_log WHERE action = 'purge_audit')`).Scan(&written); err != nil || written != 0 {
+		t.Fatalf("the refused calls left %d rows (%v)", written, err)
+	}
 }
 
 // A caller controls its own temporary schema. pg_temp is searched first
