@@ -573,10 +573,16 @@ func TestConfigurationFailuresHoldMessages(t *testing.T) {
 	f.billing.answer = func(*lease.Message) publish.Result {
 		return publish.Fail(publish.CodeAccessDenied, errors.New("AuthorizationError: not authorized to perform sns:Publish"))
 	}
+	f.payment.answer = func(*lease.Message) publish.Result {
+		return publish.Fail(publish.CodeTargetNotFound, errors.New("NotFound: Topic does not exist"))
+	}
 	f.enqueue(t, 4, func(i int) outbox.Message {
 		m := billingMsg(i)
 		m.OrderingKey = "tenant-1"
 		return m
+	})
+	f.enqueue(t, 2, func(i int) outbox.Message {
+		return outbox.Message{Namespace: "payments", Topic: "captured", OrderingKey: "acct-9", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
 	})
 	f.enqueue(t, 1, func(int) outbox.Message {
 		return outbox.Message{Namespace: "unrouted", Topic: "t", Payload: json.RawMessage(`{}`)}
@@ -587,16 +593,16 @@ func TestConfigurationFailuresHoldMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sum.Dead != 0 || sum.Held != 2 || sum.Released != 3 {
-			t.Fatalf("round %d: %+v, want the key's head and the unrouted message held, the key's 3 later messages released", round, sum)
+		if sum.Dead != 0 || sum.Held != 3 || sum.Released != 4 {
+			t.Fatalf("round %d: %+v, want both keys' heads (access denied, topic not found) and the unrouted message held, the keys' 4 later messages released", round, sum)
 		}
 		f.db.Pool.Exec(context.Background(), `UPDATE outbox.pending SET next_attempt_at = now()`)
 	}
 	if n := f.count(t, `SELECT count(*) FROM outbox.dead`); n != 0 {
 		t.Fatalf("%d messages dead-lettered for a configuration failure", n)
 	}
-	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'RETRYABLE' AND error_code IN ('ACCESS_DENIED', 'NO_ROUTE')`); n != 12 {
-		t.Fatalf("%d held attempts recorded, want 12 (2 messages, 6 rounds)", n)
+	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'RETRYABLE' AND error_code IN ('ACCESS_DENIED', 'TARGET_NOT_FOUND', 'NO_ROUTE')`); n != 18 {
+		t.Fatalf("%d held attempts recorded, want 18 (3 messages, 6 rounds)", n)
 	}
 	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE sequence_id > 1 AND attempt_count > 0`); n != 0 {
 		t.Fatalf("%d later messages of the key were charged an attempt while its head was held", n)
@@ -613,8 +619,8 @@ func TestConfigurationFailuresHoldMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Dead != 1 || sum.Held != 1 {
-		t.Fatalf("with on_config_error dead: %+v, want the key's head dead and the unrouted message still held", sum)
+	if sum.Dead != 1 || sum.Held != 2 {
+		t.Fatalf("with on_config_error dead on the billing route: %+v, want its key's head dead, the payments head and the unrouted message still held", sum)
 	}
 }
 
