@@ -596,6 +596,9 @@ func TestConfigurationFailuresHoldMessages(t *testing.T) {
 		if sum.Dead != 0 || sum.Held != 3 || sum.Released != 4 {
 			t.Fatalf("round %d: %+v, want both keys' heads (access denied, topic not found) and the unrouted message held, the keys' 4 later messages released", round, sum)
 		}
+		if round == 5 {
+			t.Logf("round %d of an attempt ceiling of 3: claimed %d, held %d, released %d, dead %d", round+1, sum.Claimed, sum.Held, sum.Released, sum.Dead)
+		}
 		f.db.Pool.Exec(context.Background(), `UPDATE outbox.pending SET next_attempt_at = now()`)
 	}
 	if n := f.count(t, `SELECT count(*) FROM outbox.dead`); n != 0 {
@@ -604,6 +607,8 @@ func TestConfigurationFailuresHoldMessages(t *testing.T) {
 	if n := f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'RETRYABLE' AND error_code IN ('ACCESS_DENIED', 'TARGET_NOT_FOUND', 'NO_ROUTE')`); n != 18 {
 		t.Fatalf("%d held attempts recorded, want 18 (3 messages, 6 rounds)", n)
 	}
+	t.Logf("archive: %d RETRYABLE attempts (ACCESS_DENIED, TARGET_NOT_FOUND, NO_ROUTE), %d dead letters",
+		f.count(t, `SELECT count(*) FROM outbox.attempts WHERE state = 'RETRYABLE'`), f.count(t, `SELECT count(*) FROM outbox.dead`))
 	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE sequence_id > 1 AND attempt_count > 0`); n != 0 {
 		t.Fatalf("%d later messages of the key were charged an attempt while its head was held", n)
 	}
