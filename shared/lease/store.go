@@ -473,10 +473,12 @@ func (s *Store) Stats(ctx context.Context) ([]TopicStats, error) {
 // PurgeParams bound one retention pass.
 type PurgeParams struct {
 	// AttemptsOlderThan purges archived attempts older than this (0: keep all).
-	// The history of messages still pending or dead is always kept.
+	// The history of messages still pending or dead is always kept, and so
+	// are operators' actions (only an operator's purge_audit takes them).
 	AttemptsOlderThan time.Duration
-	// DedupeOlderThan forgets dedupe keys older than this (0: keep all).
-	// Keys of messages still pending or dead are always kept.
+	// DedupeOlderThan forgets a dedupe key this long after its message was
+	// delivered or discarded (0: keep all), whatever the archive's
+	// retention. Keys of messages still pending or dead are always kept.
 	DedupeOlderThan time.Duration
 	// KeysOlderThan forgets the bookkeeping of ordering keys with nothing
 	// pending or dead that have been idle this long (0: keep all). A key
