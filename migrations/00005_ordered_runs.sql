@@ -1587,7 +1587,8 @@ $$;
 -- time of a terminal outcome (DISPATCHED, DISCARDED) whose message still has
 -- its dedupe key moves into the key first (dedupe.settled_at): the key's
 -- window counts from it. Every deletion from the archive goes through here.
--- Not executable by any runtime role; purge and purge_audit call it.
+-- Not executable by any runtime role; purge and purge_audit call it, under
+-- their lock (one retention pass at a time).
 CREATE FUNCTION outbox.forget_attempts(p_ids bigint[])
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
