@@ -3,6 +3,7 @@ module github.com/outboxkit/dispatcher
 go 1.26.8
 
 require (
+	github.com/agnivade/levenshtein v1.2.1
 	github.com/aws/aws-lambda-go v1.55.1
 	github.com/aws/aws-sdk-go-v2 v1.47.6
 	github.com/aws/aws-sdk-go-v2/config v1.33.14

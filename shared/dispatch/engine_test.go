@@ -106,7 +106,7 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	db := pgtest.NewWithConfig(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
-	table, err := route.Parse([]byte(routesJSON))
+	table, err := route.Parse([]byte(routesJSON), route.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +614,7 @@ func TestConfigurationFailuresHoldMessages(t *testing.T) {
 	}
 
 	// The same route, opting out: dead-lettered as before.
-	table, err := route.Parse([]byte(strings.Replace(routesJSON, `"max_payload_bytes": 2048,`, `"max_payload_bytes": 2048, "on_config_error": "dead",`, 1)))
+	table, err := route.Parse([]byte(strings.Replace(routesJSON, `"max_payload_bytes": 2048,`, `"max_payload_bytes": 2048, "on_config_error": "dead",`, 1)), route.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 // The configuration is read once per cold start, validated as a whole, and
 // indexed so that Table.Match is O(1) and allocation-free on the hot path:
 //
-//	routes, err := route.FromEnv(os.Getenv, os.ReadFile)
+//	routes, err := route.FromEnv(os.Getenv, os.ReadFile, route.Options{AttemptCeiling: ceiling})
 //	if err != nil {
 //		return err // a *ConfigError lists every problem, one per line
 //	}
@@ -50,11 +50,22 @@
 //
 // # Reference
 //
-// Every field, its JSON type, and whether it is required or its default
-// (Fields holds the same table, with the rules, for tools):
+// routes.schema.json, a JSON Schema (draft 2020-12), is the configuration's
+// reference: every field with its description, type, default and the rules
+// on its value; Parse validates against it, and the README's routes
+// reference is generated from it. A YAML or JSON language server validates
+// and completes a routes file with it (see the README). Parse adds what a
+// schema cannot say: two routes with the same patterns or the same name,
+// retry.max_attempts above the attempt ceiling (Options.AttemptCeiling),
+// max_delay below base_delay, a timeout of 0 or above 5m, EventBridge
+// templates that expand too long or into "aws." for the route's names, a
+// webhook URL's scheme, host and credentials, reserved or secret-looking
+// headers, and a payload schema that does not compile.
+//
+// Every field, its JSON type, and whether it is required or its default:
 //
 //	routes                               list          required
-//	routes[].name                        string        default routes[<index>]
+//	routes[].name                        string
 //	routes[].match                       object        required
 //	routes[].match.namespace             string        required
 //	routes[].match.topic                 string        required
@@ -78,124 +89,11 @@
 //	routes[].retry.base_delay            duration      default 1s
 //	routes[].retry.max_delay             duration      default 15m
 //	routes[].max_payload_bytes           integer       default sns 262144 (256 KiB); eventbridge 262144 (256 KiB); http 1048576 (1 MiB); lambda 1048576 (1 MiB)
+//	routes[].schema                      JSON Schema
 //	routes[].on_dead                     string        default skip
 //	routes[].on_config_error             string        default hold
-//	routes[].schema                      JSON Schema
 //
 // A duration is a Go duration string: "500ms", "30s", "15m", "1h30m".
-//
-// A route:
-//
-//   - name: names the route in logs, metrics and dead-letter reasons; 1-128
-//     characters of letters, digits and . _ : / -, starting with a letter or
-//     digit; unique. Without it the route is called routes[<index>].
-//   - match.namespace, match.topic: "*" or an exact name (1-128 characters
-//     of letters, digits and . _ : / -, starting with a letter or digit, as
-//     for messages). Partial wildcards ("pay*") are not supported.
-//   - retry: exponential backoff with full jitter. max_attempts counts every
-//     attempt, the first included, from 1 to 100 (the database's own attempt
-//     ceiling); a message whose last attempt fails retryably is
-//     dead-lettered. base_delay (0 or more) caps the first retry's delay,
-//     and each retry doubles the cap up to max_delay (at least base_delay).
-//     A target's Retry-After is honoured as a floor, up to 24h. Each absent
-//     field takes its default.
-//   - max_payload_bytes: the largest payload the route sends, in bytes of
-//     the payload's JSON; a larger payload is dead-lettered as
-//     PAYLOAD_TOO_LARGE without a call. From 1 to the target type's maximum:
-//     sns 1048576 (1 MiB), eventbridge 1048576 (1 MiB), http 10485760
-//     (10 MiB), lambda 6291456 (6 MiB, Lambda's synchronous invocation
-//     limit). SNS and EventBridge accept 256 KiB unless the topic or
-//     account is configured for more.
-//   - on_dead: what the death of an ordered message (one with an ordering
-//     key) does to its key. "skip" (the default) lets the key's next message
-//     go: the dead one is skipped, and if it is replayed later it is
-//     delivered as the key's next message, out of its original sequence
-//     (its REPLAYED attempt says so). "park" holds the key: its later
-//     messages wait, in order, until the dead message is replayed (it goes
-//     first) or discarded by an operator with a reason. Payment and billing
-//     streams, where a later message must never overtake an earlier one,
-//     want "park".
-//   - on_config_error: what a configuration failure of the target does to
-//     a message: ACCESS_DENIED (IAM, a KMS key policy, a topic, bus or
-//     function policy, missing or expired credentials) and TARGET_NOT_FOUND
-//     (the topic, bus or function does not exist). Such a failure is not
-//     the message's: "hold" (the default) retries it without end, the
-//     backoff capped at 5m, each attempt recorded, and the dispatch
-//     function's Held metric alarms; an ordered key's later messages keep
-//     waiting. "dead" dead-letters it, as every other terminal failure.
-//     A message no route matches (NO_ROUTE) is always held.
-//   - schema: a JSON Schema (an object, or true/false) that each payload
-//     must satisfy; a payload that fails is dead-lettered as INVALID_PAYLOAD
-//     without a call, with the broken rules and their locations as the
-//     reason. Draft 2020-12 unless the schema's $schema names another
-//     draft (4, 6, 7, 2019-09). The schema is compiled once, at load, and
-//     must be self-contained: a $ref outside it (a URL or a file) is an
-//     error; put shared definitions under $defs. "format" is an annotation,
-//     as the draft says, not an assertion. Patterns use Go's RE2 syntax.
-//   - target: exactly one target; a field of another target type (topic_arn
-//     on an http target) is an error. target.timeout, common to all types,
-//     bounds each call to the target: more than 0, at most 5m.
-//     target.concurrency, also common, is the calls to the target in flight
-//     at once within a batch (1-256, default 8): with SNS and EventBridge
-//     each call carries up to 10 messages, with webhooks and Lambda one, so
-//     a target's throughput is at most concurrency × messages per call /
-//     call latency.
-//
-// An sns target publishes with SNS PublishBatch:
-//
-//   - topic_arn (required): arn:<partition>:sns:<region>:<12-digit
-//     account>:<topic name>, the partition aws, aws-cn or aws-us-gov and the
-//     region one of the partition's. A name ending in .fifo is a FIFO topic:
-//     each message gets a MessageGroupId (its ordering key) and a
-//     MessageDeduplicationId (namespace|topic|dedupe key, since a dedupe
-//     key is unique only within its namespace and topic; else its id).
-//   - message_group_id: FIFO topics only; the MessageGroupId of messages
-//     without an ordering key; at most 128 printable ASCII characters
-//     without spaces.
-//
-// An eventbridge target puts events with EventBridge PutEvents:
-//
-//   - event_bus (required): a bus name (1-256 characters of letters, digits
-//     and / . - _, such as "default") or an event bus ARN,
-//     arn:<partition>:events:<region>:<12-digit account>:event-bus/<name>.
-//   - source, detail_type: templates of each event's Source and DetailType,
-//     default "outbox.{namespace}" and "{topic}". The only placeholders are
-//     {namespace} and {topic}; any other text in braces is an error. A
-//     source must not start with "aws." (AWS reserves it); at most 256
-//     (source) and 128 (detail_type) characters once expanded. These are
-//     checked with the route's exact names where it has them; a source
-//     beginning with {namespace} on a "*" route is refused by EventBridge
-//     at delivery for a namespace beginning with "aws.".
-//
-// An http target POSTs each message's envelope as JSON, signed per the
-// Standard Webhooks scheme (webhook-id, webhook-timestamp,
-// webhook-signature):
-//
-//   - url (required): an absolute https:// URL. http:// is allowed only to
-//     localhost, 127.0.0.0/8 or ::1, or with allow_insecure_http: true. No
-//     user:password@, no #fragment, no query parameter that looks like a
-//     credential.
-//   - signing_secret_env or signing_secret_arn (exactly one): the name of
-//     the environment variable holding the signing secret
-//     ([A-Za-z_][A-Za-z0-9_]*), or the ARN of the Secrets Manager secret
-//     holding it, arn:<partition>:secretsmanager:<region>:<12-digit
-//     account>:secret:<name>. Webhooks are always signed.
-//   - headers: static headers added to every request: valid HTTP names and
-//     values, none reserved (Content-Type, Content-Length, Host,
-//     Idempotency-Key, User-Agent, Connection, Transfer-Encoding, TE,
-//     Trailer, Upgrade, Keep-Alive, Proxy-Connection, Expect, webhook-*,
-//     X-Amz*, Outbox*, aws.*, amazon.*), none that would carry a credential
-//     (Authorization, Cookie, or a name with token, secret, password,
-//     api-key, credential and the like), no two differing only in case.
-//   - allow_insecure_http (default false): permits http:// to any host.
-//
-// A lambda target invokes a function (RequestResponse) with each message's
-// envelope:
-//
-//   - function (required): a function name (1-64 letters, digits, - and
-//     _), a partial ARN <12-digit account>:function:<name>, or a full ARN
-//     arn:<partition>:lambda:<region>:<12-digit account>:function:<name>,
-//     each with an optional :<qualifier> ($LATEST, a version or an alias).
 //
 // Secrets are referenced, never inline: a field that looks like a secret
 // (signing_secret, secret, password, token, api_key, ...) anywhere in the
@@ -261,11 +159,15 @@
 //
 // Validation happens once, at load, over the whole configuration, and
 // reports every problem rather than the first: a *ConfigError whose Error
-// lists one problem per line, each naming the route index and the field:
+// lists one problem per line, sorted by route and field, each naming the
+// route index and the field:
 //
 //	route: invalid configuration in OUTBOX_ROUTES_FILE "/var/task/routes.yaml" (2 problems):
-//	routes[1].target.topic_arn: "arn:aws:sns:eu-west-1:1234:payments" has account "1234"; an account id is 12 digits
+//	routes[1].target.topic_arn: must have a 12-digit account id; got "arn:aws:sns:eu-west-1:1234:payments"
 //	routes[3].target.signing_secret: secrets are referenced with signing_secret_env or signing_secret_arn, never inline
+//
+// A value that may hold a credential (a URL, a header's value, a field
+// named like a secret) is never quoted.
 //
 // # Targets and publishers
 //

@@ -43,7 +43,7 @@ func TestFromEnv(t *testing.T) {
 
 	t.Run("OUTBOX_ROUTES", func(t *testing.T) {
 		t.Parallel()
-		table, err := FromEnv(env{"OUTBOX_ROUTES": string(inline)}.get, noFile)
+		table, err := FromEnv(env{"OUTBOX_ROUTES": string(inline)}.get, noFile, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,11 +54,11 @@ func TestFromEnv(t *testing.T) {
 	for _, path := range []string{jsonPath, yamlPath} {
 		t.Run("OUTBOX_ROUTES_FILE "+filepath.Ext(path), func(t *testing.T) {
 			t.Parallel()
-			table, err := FromEnv(env{"OUTBOX_ROUTES_FILE": path}.get, os.ReadFile)
+			table, err := FromEnv(env{"OUTBOX_ROUTES_FILE": path}.get, os.ReadFile, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := FromEnv(env{"OUTBOX_ROUTES": string(inline)}.get, noFile)
+			want, err := FromEnv(env{"OUTBOX_ROUTES": string(inline)}.get, noFile, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,14 +69,14 @@ func TestFromEnv(t *testing.T) {
 	}
 	t.Run("both", func(t *testing.T) {
 		t.Parallel()
-		_, err := FromEnv(env{"OUTBOX_ROUTES": string(inline), "OUTBOX_ROUTES_FILE": jsonPath}.get, noFile)
+		_, err := FromEnv(env{"OUTBOX_ROUTES": string(inline), "OUTBOX_ROUTES_FILE": jsonPath}.get, noFile, Options{})
 		if err == nil || !strings.Contains(err.Error(), "both OUTBOX_ROUTES and OUTBOX_ROUTES_FILE are set; set exactly one") {
 			t.Fatalf("err = %v, want one naming both variables", err)
 		}
 	})
 	t.Run("neither", func(t *testing.T) {
 		t.Parallel()
-		_, err := FromEnv(env{"OUTBOX_ROUTE": "typo"}.get, noFile)
+		_, err := FromEnv(env{"OUTBOX_ROUTE": "typo"}.get, noFile, Options{})
 		if !errors.Is(err, ErrNotConfigured) {
 			t.Fatalf("err = %v, want ErrNotConfigured", err)
 		}
@@ -87,7 +87,7 @@ func TestFromEnv(t *testing.T) {
 	t.Run("unreadable file", func(t *testing.T) {
 		t.Parallel()
 		missing := filepath.Join(dir, "missing.yaml")
-		_, err := FromEnv(env{"OUTBOX_ROUTES_FILE": missing}.get, os.ReadFile)
+		_, err := FromEnv(env{"OUTBOX_ROUTES_FILE": missing}.get, os.ReadFile, Options{})
 		if !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("err = %v, want one wrapping fs.ErrNotExist", err)
 		}
@@ -97,7 +97,7 @@ func TestFromEnv(t *testing.T) {
 	})
 	t.Run("invalid file", func(t *testing.T) {
 		t.Parallel()
-		_, err := FromEnv(env{"OUTBOX_ROUTES_FILE": badPath}.get, os.ReadFile)
+		_, err := FromEnv(env{"OUTBOX_ROUTES_FILE": badPath}.get, os.ReadFile, Options{})
 		ce, ok := errors.AsType[*ConfigError](err)
 		if !ok {
 			t.Fatalf("err = %v, want a *ConfigError", err)
@@ -112,7 +112,7 @@ func TestFromEnv(t *testing.T) {
 	})
 	t.Run("invalid OUTBOX_ROUTES", func(t *testing.T) {
 		t.Parallel()
-		_, err := FromEnv(env{"OUTBOX_ROUTES": `{"routes": []}`}.get, noFile)
+		_, err := FromEnv(env{"OUTBOX_ROUTES": `{"routes": []}`}.get, noFile, Options{})
 		want := "route: invalid configuration in OUTBOX_ROUTES (1 problem):\nroutes: is empty: list at least one route"
 		if err == nil || err.Error() != want {
 			t.Errorf("err = %v\nwant %s", err, want)

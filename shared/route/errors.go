@@ -23,7 +23,7 @@ type ConfigError struct {
 	// "OUTBOX_ROUTES_FILE /etc/routes.yaml"); empty for Parse.
 	Source string
 	// Problems are sorted by route index, whole-configuration problems
-	// (Route -1) first, in the order found within a route.
+	// (Route -1) first, then by field.
 	Problems []Problem
 }
 
@@ -69,32 +69,53 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// problems collects a configuration's problems. A field whose JSON value
-// was already rejected (wrong type, unknown, duplicate) is not reported
-// again by the checks on its meaning.
+// problems collects a configuration's problems. A field whose value was
+// rejected (of the wrong type, unknown, failing the schema) is not judged
+// again, nor is anything inside it.
 type problems struct {
 	list []Problem
-	// rejected are the paths the structural pass reported; the semantic
-	// pass stays silent about them and everything under them.
+	// rejected are the paths of the rejected fields.
 	rejected []string
 }
 
-// add reports a problem with the meaning of a field, unless the field's
-// value was already rejected.
+// add reports a problem with a field, unless the field's value or one
+// around it was rejected.
 func (ps *problems) add(field, format string, args ...any) {
-	for _, r := range ps.rejected {
-		if r == "" || field == r || strings.HasPrefix(field, r+".") || strings.HasPrefix(field, r+"[") {
-			return
-		}
+	if ps.silenced(field) {
+		return
 	}
 	ps.list = append(ps.list, Problem{Route: routeOf(field), Field: field, Message: oneLine(fmt.Sprintf(format, args...))})
 }
 
-// reject reports a problem with the shape of a field's value and silences
-// the checks on its meaning.
+// reject reports a problem with a field's value and silences the other
+// problems of the field and of everything inside it.
 func (ps *problems) reject(field, format string, args ...any) {
-	ps.list = append(ps.list, Problem{Route: routeOf(field), Field: field, Message: oneLine(fmt.Sprintf(format, args...))})
+	if ps.silenced(field) {
+		return
+	}
+	ps.add(field, format, args...)
 	ps.rejected = append(ps.rejected, field)
+}
+
+func (ps *problems) silenced(field string) bool {
+	return slices.ContainsFunc(ps.rejected, func(r string) bool { return within(field, r) })
+}
+
+// rejectedWithin reports whether the field or anything inside it was
+// rejected: a check across fields stays silent then.
+func (ps *problems) rejectedWithin(field string) bool {
+	return slices.ContainsFunc(ps.rejected, func(r string) bool { return within(r, field) })
+}
+
+// within reports whether field is path or lies inside it. Names compare
+// without case, as encoding/json matches them: the value of an unknown
+// "Timeout" may have been decoded as the timeout.
+func within(field, path string) bool {
+	if len(field) < len(path) || !strings.EqualFold(field[:len(path)], path) {
+		return false
+	}
+	rest := field[len(path):]
+	return path == "" || rest == "" || rest[0] == '.' || rest[0] == '['
 }
 
 // oneLine keeps a message on its line of ConfigError.Error: a library's
@@ -130,7 +151,9 @@ func (ps *problems) err() error {
 		return nil
 	}
 	list := slices.Clone(ps.list)
-	slices.SortStableFunc(list, func(a, b Problem) int { return cmp.Compare(a.Route, b.Route) })
+	slices.SortStableFunc(list, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Route, b.Route), cmp.Compare(a.Field, b.Field))
+	})
 	return &ConfigError{Problems: list}
 }
 

@@ -5,75 +5,230 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/outbox"
 )
 
-// structPaths lists the field paths of a decoding struct, the way Fields
-// writes them, with each field's Go type and target tag.
-func structPaths(t reflect.Type, prefix string, out map[string]structField) {
-	for _, f := range structFields(t) {
-		path := f.name
-		if prefix != "" {
-			path = prefix + "." + f.name
+// fieldDoc is one field of the routes schema as the references (the
+// README's table, doc.go's) present it.
+type fieldDoc struct {
+	// Path is the field's path: "routes[].target.topic_arn".
+	Path string
+	// Type is string, integer, boolean, object, list, duration, "map of
+	// string" or "JSON Schema".
+	Type string
+	// Target lists the target types the field belongs to; empty for a
+	// field of every route or target.
+	Target string
+	// Required says whether the field must be set (for its Target).
+	Required bool
+	// Default is the schema's "default".
+	Default string
+	// Values are the values the schema's enum, minimum and maximum allow.
+	Values string
+	// Doc is the schema's description.
+	Doc string
+}
+
+// reference lists the fields of the routes schema in the order written.
+func reference(t testing.TB) []fieldDoc {
+	t.Helper()
+	s := loadRoutesSchema()
+	var out []fieldDoc
+	var walk func(owner, prefix string)
+	walk = func(owner, prefix string) {
+		def := s.node("#" + owner)
+		props, _ := def["properties"].(map[string]any)
+		for _, name := range s.order[owner] {
+			node, _ := props[name].(map[string]any)
+			path := prefix + "." + name
+			if prefix == "" {
+				path = name
+			}
+			ref, _ := node["$ref"].(string)
+			f := fieldDoc{Path: path, Type: jsonType(node), Required: slices.Contains(stringList(def["required"]), name),
+				Default: defaultText(node["default"]), Values: valuesText(node)}
+			f.Doc, _ = node["description"].(string)
+			if owner == "/$defs/target" {
+				var owners []string
+				for _, typ := range targetTypes() {
+					if slices.Contains(s.targetFields(typ), name) {
+						owners = append(owners, typ)
+					}
+				}
+				if len(owners) < len(targetTypes()) {
+					f.Target = strings.Join(owners, ", ")
+					for _, typ := range owners {
+						f.Required = f.Required || slices.Contains(stringList(s.node("#/$defs/" + typ)["required"]), name)
+					}
+				}
+			}
+			if path == "routes[].max_payload_bytes" {
+				var defaults, maxima []string
+				for _, b := range payloadBranches(t) {
+					defaults = append(defaults, b.targetType+" "+bytesDoc(b.fallback))
+					maxima = append(maxima, b.targetType+" "+bytesDoc(b.maximum))
+				}
+				f.Default = strings.Join(defaults, "; ")
+				f.Values = "1 to the target type's maximum: " + strings.Join(maxima, "; ")
+			}
+			out = append(out, f)
+			switch {
+			case f.Type == "object" && ref != "":
+				walk(strings.TrimPrefix(ref, "#"), path)
+			case f.Type == "list":
+				items, _ := node["items"].(map[string]any)
+				ref, _ := items["$ref"].(string)
+				walk(strings.TrimPrefix(ref, "#"), path+"[]")
+			}
 		}
-		out[path] = f
-		typ := f.typ
-		for typ.Kind() == reflect.Pointer {
-			typ = typ.Elem()
-		}
+	}
+	walk("", "")
+	return out
+}
+
+func jsonType(node map[string]any) string {
+	switch typ := node["type"].(type) {
+	case nil:
+		return "object" // defined apart, under $defs
+	case []any:
+		return "JSON Schema" // an object or a boolean
+	case string:
 		switch {
-		case typ.Kind() == reflect.Struct:
-			structPaths(typ, path, out)
-		case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.Struct:
-			structPaths(typ.Elem(), path+"[]", out)
+		case node["$ref"] == "#/$defs/duration":
+			return "duration"
+		case typ == "array":
+			return "list"
+		case typ == "object":
+			return "map of string"
+		}
+		return typ
+	}
+	return "?"
+}
+
+func stringList(v any) []string {
+	list, _ := v.([]any)
+	var out []string
+	for _, x := range list {
+		out = append(out, fmt.Sprint(x))
+	}
+	return out
+}
+
+func defaultText(v any) string {
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+// valuesText describes what a field's enum, minimum and maximum allow.
+func valuesText(node map[string]any) string {
+	if enum := stringList(node["enum"]); enum != nil {
+		return strings.Join(enum, ", ")
+	}
+	minimum, maximum := fmt.Sprint(node["minimum"]), fmt.Sprint(node["maximum"])
+	for _, part := range append([]any{node}, anyList(node["allOf"])...) {
+		if n, ok := part.(map[string]any)["minItems"]; ok {
+			return fmt.Sprintf("at least %v", n)
+		}
+	}
+	switch {
+	case node["minimum"] != nil && node["maximum"] != nil:
+		return minimum + "-" + maximum
+	case node["minimum"] != nil:
+		return "at least " + minimum
+	}
+	return ""
+}
+
+func anyList(v any) []any {
+	list, _ := v.([]any)
+	return list
+}
+
+func bytesDoc(n int) string {
+	switch {
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%d (%d MiB)", n, n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%d (%d KiB)", n, n>>10)
+	}
+	return strconv.Itoa(n)
+}
+
+func TestEveryFieldIsDescribed(t *testing.T) {
+	t.Parallel()
+	for _, f := range reference(t) {
+		if f.Doc == "" || f.Type == "?" {
+			t.Errorf("%s has no description or no type in routes.schema.json", f.Path)
+		}
+	}
+}
+
+// Route names and match patterns follow the producer's rule on names.
+func TestSchemaNameRuleIsOutboxs(t *testing.T) {
+	t.Parallel()
+	if got, want := loadRoutesSchema().node("#/$defs/name")["pattern"], outbox.NamePattern.String(); got != want {
+		t.Errorf("the schema's name pattern is %q, outbox.NamePattern %q", got, want)
+	}
+}
+
+// decodedPaths lists the field paths of a decoding struct, as reference
+// writes them, with each field's Go type.
+func decodedPaths(t reflect.Type, prefix string, out map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		path := name
+		if prefix != "" {
+			path = prefix + "." + name
+		}
+		out[path] = f.Type
+		switch {
+		case f.Type.Kind() == reflect.Struct:
+			decodedPaths(f.Type, path, out)
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			decodedPaths(f.Type.Elem(), path+"[]", out)
 		}
 	}
 }
 
 // goKinds are the Go kinds each documented type decodes into.
 var goKinds = map[string]reflect.Kind{
-	"string": reflect.String, "duration": reflect.String, "integer": reflect.Int, "boolean": reflect.Bool,
+	"string": reflect.String, "duration": reflect.String, "integer": reflect.Float64, "boolean": reflect.Bool,
 	"object": reflect.Struct, "list": reflect.Slice, "map of string": reflect.Map, "JSON Schema": reflect.Slice,
 }
 
 func TestFieldsMatchTheDecodingStructs(t *testing.T) {
 	t.Parallel()
-	fromStructs := map[string]structField{}
-	structPaths(reflect.TypeFor[fileConfig](), "", fromStructs)
+	decoded := map[string]reflect.Type{}
+	decodedPaths(reflect.TypeFor[fileConfig](), "", decoded)
 	documented := map[string]bool{}
-	for _, f := range Fields {
-		if documented[f.Path] {
-			t.Errorf("%s is documented twice", f.Path)
-		}
+	for _, f := range reference(t) {
 		documented[f.Path] = true
-		sf, ok := fromStructs[f.Path]
+		typ, ok := decoded[f.Path]
 		if !ok {
-			t.Errorf("%s is documented but not decoded", f.Path)
+			t.Errorf("%s is in the schema but not decoded", f.Path)
 			continue
 		}
-		typ := sf.typ
-		for typ.Kind() == reflect.Pointer {
-			typ = typ.Elem()
-		}
 		if want, ok := goKinds[f.Type]; !ok || typ.Kind() != want {
-			t.Errorf("%s is documented as %q but decodes into %s", f.Path, f.Type, sf.typ)
+			t.Errorf("%s is a %q in the schema but decodes into %s", f.Path, f.Type, typ)
 		}
-		if (f.Type == "JSON Schema") != (typ == rawMessageType) {
-			t.Errorf("%s: only the schema is a JSON Schema", f.Path)
-		}
-		if f.Target != sf.target {
-			t.Errorf("%s is documented for target %q but belongs to %q", f.Path, f.Target, sf.target)
-		}
-		if f.Doc == "" {
-			t.Errorf("%s has no Doc", f.Path)
+		if (f.Type == "JSON Schema") != (typ == reflect.TypeFor[json.RawMessage]()) {
+			t.Errorf("%s: only the payload schema is a JSON Schema", f.Path)
 		}
 	}
-	for path := range fromStructs {
+	for path := range decoded {
 		if !documented[path] {
-			t.Errorf("%s is decoded but not documented in Fields", path)
+			t.Errorf("%s is decoded but not in the schema", path)
 		}
 	}
 }
@@ -114,10 +269,9 @@ func withoutField(t *testing.T, route, path string) string {
 	return string(b)
 }
 
-// defaultOf reads a field's value back from a parsed route, as Fields
+// defaultOf reads a field's value back from a parsed route, as the schema
 // writes defaults.
 var defaultOf = map[string]func(r *Route) string{
-	"routes[].name":                       func(r *Route) string { return strings.Replace(r.Name, "0", "<index>", 1) },
 	"routes[].target.timeout":             func(r *Route) string { return formatDuration(r.Timeout) },
 	"routes[].target.concurrency":         func(r *Route) string { return strconv.Itoa(r.Target.Concurrency) },
 	"routes[].target.source":              func(r *Route) string { return r.Target.Source },
@@ -131,19 +285,21 @@ var defaultOf = map[string]func(r *Route) string{
 	"routes[].on_config_error":            func(r *Route) string { return r.OnConfigError },
 }
 
-// Removing a documented-required field fails at that field; removing any
-// other leaves the route valid and takes the documented default.
+// Removing a required field fails at that field; removing any other leaves
+// the route valid and takes the schema's default, which is the one the
+// code applies.
 func TestFieldsRequiredAndDefaultsAreTrue(t *testing.T) {
 	t.Parallel()
-	// Exactly one of the two is required; Rule says so.
+	// Exactly one of the two is required; the schema says so apart.
 	exactlyOne := map[string]bool{"routes[].target.signing_secret_env": true, "routes[].target.signing_secret_arn": true}
+	fields := reference(t)
 	checked := map[string]bool{}
-	for _, typ := range TargetTypes {
-		if _, err := Parse([]byte(config(fullRoutes[typ]))); err != nil {
+	for _, typ := range targetTypes() {
+		if _, err := Parse([]byte(config(fullRoutes[typ])), Options{}); err != nil {
 			t.Fatalf("the full %s route is invalid: %v", typ, err)
 		}
-		for _, f := range Fields {
-			if f.Path == "routes" || (f.Target != "" && f.Target != typ) || exactlyOne[f.Path] {
+		for _, f := range fields {
+			if f.Path == "routes" || (f.Target != "" && !slices.Contains(strings.Split(f.Target, ", "), typ)) || exactlyOne[f.Path] {
 				continue
 			}
 			if f.Path == "routes[].retry.max_delay" || f.Path == "routes[].retry.base_delay" {
@@ -153,7 +309,7 @@ func TestFieldsRequiredAndDefaultsAreTrue(t *testing.T) {
 			}
 			checked[f.Path] = true
 			route := withoutField(t, fullRoutes[typ], f.Path)
-			table, err := Parse([]byte(config(route)))
+			table, err := Parse([]byte(config(route)), Options{})
 			concrete := strings.Replace(f.Path, "routes[]", "routes[0]", 1)
 			if f.Required {
 				ce, _ := err.(*ConfigError)
@@ -163,48 +319,41 @@ func TestFieldsRequiredAndDefaultsAreTrue(t *testing.T) {
 				continue
 			}
 			if err != nil {
-				t.Errorf("%s is documented as optional, but %s without it: %v", f.Path, typ, err)
+				t.Errorf("%s is optional in the schema, but %s without it: %v", f.Path, typ, err)
 				continue
 			}
 			if get := defaultOf[f.Path]; get != nil {
-				if got := get(table.Routes[0]); !strings.Contains(f.Default, got) {
-					t.Errorf("%s: documented default %q, but %s has %q", f.Path, f.Default, typ, got)
+				if got := get(table.Routes[0]); f.Default == "" || !strings.Contains(f.Default, got) {
+					t.Errorf("%s: the schema's default %q, but %s has %q", f.Path, f.Default, typ, got)
 				}
 			} else if f.Default != "" {
-				t.Errorf("%s documents a default the test cannot check", f.Path)
+				t.Errorf("%s has a default the test cannot check", f.Path)
 			}
 		}
 	}
 	// The retry delays, with the other removed too.
 	route := withoutField(t, withoutField(t, fullRoutes[TypeLambda], "routes[].retry.base_delay"), "routes[].retry.max_delay")
-	table, err := Parse([]byte(config(route)))
+	table, err := Parse([]byte(config(route)), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"routes[].retry.base_delay", "routes[].retry.max_delay"} {
-		checked[path] = true
-		if got, f := defaultOf[path](table.Routes[0]), fieldDoc(t, path); got != f.Default {
-			t.Errorf("%s: documented default %q, parsed %q", path, f.Default, got)
+	for _, f := range fields {
+		if f.Path == "routes[].retry.base_delay" || f.Path == "routes[].retry.max_delay" {
+			checked[f.Path] = true
+			if got := defaultOf[f.Path](table.Routes[0]); got != f.Default {
+				t.Errorf("%s: the schema's default %q, parsed %q", f.Path, f.Default, got)
+			}
 		}
 	}
-	for _, f := range Fields {
+	for _, f := range fields {
 		if !checked[f.Path] && f.Path != "routes" && !exactlyOne[f.Path] {
 			t.Errorf("%s was not checked", f.Path)
 		}
 	}
 }
 
-func fieldDoc(t *testing.T, path string) FieldDoc {
-	t.Helper()
-	i := slices.IndexFunc(Fields, func(f FieldDoc) bool { return f.Path == path })
-	if i < 0 {
-		t.Fatalf("no FieldDoc for %s", path)
-	}
-	return Fields[i]
-}
-
 // referenceLine is a field's line in the reference table of doc.go.
-func referenceLine(f FieldDoc) string {
+func referenceLine(f fieldDoc) string {
 	var tail []string
 	switch {
 	case f.Required:
@@ -252,13 +401,13 @@ func codeBlock(t *testing.T, lines []string, intro string) string {
 	return strings.Join(block, "\n")
 }
 
-func TestDocReferenceMatchesFields(t *testing.T) {
+func TestDocReferenceMatchesTheSchema(t *testing.T) {
 	t.Parallel()
 	var want []string
-	for _, f := range Fields {
+	for _, f := range reference(t) {
 		want = append(want, referenceLine(f))
 	}
-	got := codeBlock(t, docComment(t), "(Fields holds the same table, with the rules, for tools):")
+	got := codeBlock(t, docComment(t), "Every field, its JSON type, and whether it is required or its default:")
 	if got != strings.Join(want, "\n") {
 		t.Errorf("the reference table in doc.go is out of date; it should read:\n\n%s", "//\t"+strings.Join(want, "\n//\t"))
 	}
@@ -267,11 +416,11 @@ func TestDocReferenceMatchesFields(t *testing.T) {
 func TestDocExamplesParse(t *testing.T) {
 	t.Parallel()
 	lines := docComment(t)
-	fromJSON, err := Parse([]byte(codeBlock(t, lines, "The example in JSON:")))
+	fromJSON, err := Parse([]byte(codeBlock(t, lines, "The example in JSON:")), Options{})
 	if err != nil {
 		t.Fatalf("the JSON example: %v", err)
 	}
-	fromYAML, err := Parse([]byte(codeBlock(t, lines, "The same in YAML:")))
+	fromYAML, err := Parse([]byte(codeBlock(t, lines, "The same in YAML:")), Options{})
 	if err != nil {
 		t.Fatalf("the YAML example: %v", err)
 	}
@@ -283,7 +432,30 @@ func TestDocExamplesParse(t *testing.T) {
 	}
 }
 
-func TestREADMEReferenceMatchesFields(t *testing.T) {
+// markdownReference renders the schema's fields as the README's table.
+func markdownReference(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString("| field | type | required / default | target | valid values | meaning |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, f := range reference(t) {
+		need := ""
+		switch {
+		case f.Required:
+			need = "required"
+		case f.Default != "":
+			need = "default " + f.Default
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", f.Path, f.Type, cell(need), cell(f.Target), cell(f.Values), cell(f.Doc))
+	}
+	return b.String()
+}
+
+// cell escapes text for a Markdown table cell.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func TestREADMEReferenceMatchesTheSchema(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -294,7 +466,21 @@ func TestREADMEReferenceMatchesFields(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatal("README.md has no routes reference block")
 	}
-	if got, want := string(raw)[i+len(begin):j], MarkdownReference(); got != want {
+	if got, want := string(raw)[i+len(begin):j], markdownReference(t); got != want {
 		t.Errorf("README.md's routes reference is out of date; between the routes markers it should read:\n\n%s", want)
+	}
+}
+
+// The schema checks a duration's syntax and Go parses it: they agree on
+// every non-negative duration.
+func TestSchemaDurationIsGos(t *testing.T) {
+	t.Parallel()
+	pattern := regexp.MustCompile(loadRoutesSchema().node("#/$defs/duration")["pattern"].(string))
+	for _, s := range []string{"0", "+0", "0s", "1h30m", "500ms", "1.5h", ".5s", "1.s", "+5s", "1us", "1µs", "1μs", "2h45m30.5s",
+		"", "5", "s", ".s", "1.5", "1 s", "1S", "1d", "soon", "1h-5m", "--1s", "1e3s", "0x10s", " 1s", "1s "} {
+		d, err := time.ParseDuration(s)
+		if matches, parses := pattern.MatchString(s), err == nil && d >= 0; matches != parses {
+			t.Errorf("%q: the schema's pattern says %v, time.ParseDuration %v (%v)", s, matches, parses, err)
+		}
 	}
 }

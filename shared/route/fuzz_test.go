@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
 // FuzzParse checks that Parse never panics, that it returns a table or a
@@ -17,7 +19,7 @@ import (
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(precedenceTable), "payments", "refund")
 	f.Fuzz(func(t *testing.T, data []byte, namespace, topic string) {
-		table, err := Parse(data)
+		table, err := Parse(data, Options{})
 		if (table == nil) == (err == nil) {
 			t.Fatalf("Parse returned table %v and error %v; want exactly one", table, err)
 		}
@@ -75,7 +77,7 @@ func checkTable(t *testing.T, table *Table) {
 	}
 	seen := map[Match]bool{}
 	for i, r := range table.Routes {
-		limit, ok := PayloadLimits[r.Target.Type]
+		maxPayload, ok := payloadMaxima(t)[r.Target.Type]
 		switch {
 		case r.Index != i:
 			t.Fatalf("Routes[%d].Index = %d", i, r.Index)
@@ -85,11 +87,11 @@ func checkTable(t *testing.T, table *Table) {
 			t.Fatalf("two routes match %s", r.Match)
 		case r.Retry.Validate() != nil:
 			t.Fatalf("route %d: %v", i, r.Retry.Validate())
-		case r.Retry.MaxAttempts > MaxAttemptsCeiling:
+		case r.Retry.MaxAttempts > lease.DefaultAttemptCeiling:
 			t.Fatalf("route %d: max attempts %d", i, r.Retry.MaxAttempts)
 		case r.Timeout <= 0 || r.Timeout > MaxTimeout || r.Target.Timeout != r.Timeout:
 			t.Fatalf("route %d: timeout %s", i, r.Timeout)
-		case r.MaxPayloadBytes < 1 || r.MaxPayloadBytes > limit.Max || r.Target.MaxPayloadBytes != r.MaxPayloadBytes:
+		case r.MaxPayloadBytes < 1 || r.MaxPayloadBytes > maxPayload || r.Target.MaxPayloadBytes != r.MaxPayloadBytes:
 			t.Fatalf("route %d: max payload %d", i, r.MaxPayloadBytes)
 		case r.Target.Key() == "" || r.Target.Key() != r.Target.computeKey():
 			t.Fatalf("route %d: key %q", i, r.Target.Key())
@@ -149,7 +151,7 @@ func TestFuzzCorpusSeeds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", e.Name(), err)
 		}
-		table, err := Parse([]byte(data))
+		table, err := Parse([]byte(data), Options{})
 		switch {
 		case strings.HasPrefix(e.Name(), "valid-"):
 			if err != nil {
@@ -165,7 +167,7 @@ func TestFuzzCorpusSeeds(t *testing.T) {
 			}
 		}
 	}
-	for _, typ := range TargetTypes {
+	for _, typ := range targetTypes() {
 		if !types[typ] {
 			t.Errorf("no valid seed has a %s target", typ)
 		}

@@ -2,19 +2,18 @@ package route
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"reflect"
 	"regexp"
-	"slices"
 	"strconv"
-	"strings"
-	"sync"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	goyaml "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
 // The environment variables FromEnv reads.
@@ -34,12 +33,28 @@ const MaxConfigBytes = 4 << 20
 // hostile or broken file cannot exhaust the stack.
 const maxDepth = 100
 
+// Options are what a configuration is checked against that the
+// configuration itself does not say.
+type Options struct {
+	// AttemptCeiling is the database's attempt ceiling, the largest
+	// retry.max_attempts a route may set; the store must be given the same
+	// value. Zero means lease.DefaultAttemptCeiling.
+	AttemptCeiling int
+}
+
+func (o Options) attemptCeiling() int {
+	if o.AttemptCeiling > 0 {
+		return o.AttemptCeiling
+	}
+	return lease.DefaultAttemptCeiling
+}
+
 // FromEnv loads the configuration named by the environment: OUTBOX_ROUTES
 // (the configuration as text) or OUTBOX_ROUTES_FILE (a path). Exactly one
 // must be set. getenv is os.Getenv and readFile os.ReadFile in production.
 // A configuration that fails validation returns a *ConfigError whose Source
 // names the variable (and the file).
-func FromEnv(getenv func(string) string, readFile func(string) ([]byte, error)) (*Table, error) {
+func FromEnv(getenv func(string) string, readFile func(string) ([]byte, error), opts Options) (*Table, error) {
 	text, path := getenv(EnvRoutes), getenv(EnvRoutesFile)
 	var (
 		data   []byte
@@ -60,7 +75,7 @@ func FromEnv(getenv func(string) string, readFile func(string) ([]byte, error)) 
 		}
 		source = fmt.Sprintf("%s %q", EnvRoutesFile, path)
 	}
-	t, err := Parse(data)
+	t, err := Parse(data, opts)
 	if err != nil {
 		if ce, ok := errors.AsType[*ConfigError](err); ok {
 			ce.Source = source
@@ -71,42 +86,40 @@ func FromEnv(getenv func(string) string, readFile func(string) ([]byte, error)) 
 }
 
 // Parse reads, validates and indexes a configuration, JSON or YAML. YAML is
-// converted to JSON first (sigs.k8s.io/yaml), then the JSON is decoded once,
-// strictly, by encoding/json. The whole configuration is checked; the error
-// is a *ConfigError listing every problem.
-func Parse(data []byte) (*Table, error) {
+// converted to JSON first (sigs.k8s.io/yaml); the JSON is validated against
+// the routes schema (routes.schema.json), decoded by encoding/json, and
+// given the few checks a schema cannot express. The whole configuration is
+// checked; the error is a *ConfigError listing every problem.
+func Parse(data []byte, opts Options) (*Table, error) {
 	ps := &problems{}
 	if len(data) > MaxConfigBytes {
 		ps.reject("", "the configuration is %d bytes, over the limit of %d", len(data), MaxConfigBytes)
 		return nil, ps.err()
 	}
 	jsonData, fromYAML, err := toJSON(data)
+	if err == nil {
+		err = checkKeys(jsonData, ps)
+	}
+	var doc any
+	if err == nil {
+		doc, err = jsonschema.UnmarshalJSON(bytes.NewReader(jsonData))
+	}
 	if err != nil {
 		ps.reject("", "%s", err)
 		return nil, ps.err()
 	}
-	root, err := readTree(jsonData, ps)
-	if err != nil {
-		ps.reject("", "%v", err)
-		return nil, ps.err()
-	}
-	if root.kind != kindObject {
-		ps.reject("", `the configuration must be an object with a "routes" list, not %s`, root.describe())
-		return nil, ps.err()
-	}
-	checkStructure(root, reflect.TypeFor[fileConfig](), "", ps, fromYAML)
+	dropNulls(doc, 0)
+	checkSchema(doc, fromYAML, ps)
 
 	var cfg fileConfig
-	dec := json.NewDecoder(bytes.NewReader(jsonData))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil && len(ps.list) == 0 {
-		// The structural pass reports everything the decoder rejects, with
-		// a path; this is a backstop should the two ever disagree.
+	if err := json.Unmarshal(jsonData, &cfg); err != nil && len(ps.list) == 0 {
+		// The schema rejects whatever encoding/json would; this is a
+		// backstop should the two ever disagree.
 		ps.reject("", "%v", err)
 	}
-	// encoding/json goes on decoding past a type error or an unknown field,
-	// so cfg holds every field that was right: check their meaning too.
-	table := build(&cfg, ps)
+	// encoding/json goes on decoding past a value of the wrong type, so cfg
+	// holds every field that was right: check those too.
+	table := build(&cfg, opts, ps)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
@@ -188,23 +201,85 @@ func yamlAliasHint(data []byte) string {
 	return fmt.Sprintf(`; line %d has an unquoted *, which YAML reads as an alias: write "*"`, line)
 }
 
-// The decoding structs: the configuration's exact shape. checkStructure and
-// the Fields documentation test derive the valid field names from their json
-// tags; a `target` tag says which target type a target field belongs to.
-// Pointers tell an absent field from an explicit zero.
+// checkKeys reads the JSON text for what is lost once it is decoded: a key
+// written twice (the decoder keeps the second value silently) is reported
+// at its path, and nesting deeper than maxDepth is an error.
+func checkKeys(data []byte, ps *problems) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var walk func(path string, depth int) error
+	walk = func(path string, depth int) error {
+		if depth > maxDepth {
+			return fmt.Errorf("%s: nested more than %d levels deep", cmp.Or(path, "the configuration"), maxDepth)
+		}
+		tok, err := dec.Token()
+		if err != nil || (tok != json.Delim('{') && tok != json.Delim('[')) {
+			return err
+		}
+		seen := map[string]bool{}
+		for i := 0; dec.More(); i++ {
+			child := path + "[" + strconv.Itoa(i) + "]"
+			if tok == json.Delim('{') {
+				key, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				child = joinPath(path, key.(string)) // object keys are strings
+				if seen[child] {
+					ps.reject(child, "appears twice; a second value would silently replace the first")
+				}
+				seen[child] = true
+			}
+			if err := walk(child, depth+1); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token() // the closing delimiter
+		return err
+	}
+	return walk("", 0)
+}
+
+// dropNulls removes the members whose value is null: the configuration
+// treats an explicit null as an absent field, JSON Schema as a value. A
+// route's payload schema is left alone, where null is a value ("const":
+// null). depth is 0 for the configuration itself.
+func dropNulls(v any, depth int) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			switch {
+			case x == nil:
+				delete(v, k)
+			case depth != 2 || k != "schema":
+				dropNulls(x, depth+1)
+			}
+		}
+	case []any:
+		for _, x := range v {
+			dropNulls(x, depth+1)
+		}
+	}
+}
+
+// The decoding structs: the configuration's shape, which the schema has
+// checked by the time their values are used. A zero value is an absent
+// field (null is absent too); the schema refuses every zero a field may not
+// have ("", 0), so that it can stand for the default. Integers are float64
+// because JSON Schema's integer includes 1e3 and 2.0, which encoding/json
+// refuses for an int.
 type fileConfig struct {
 	Routes []routeConfig `json:"routes"`
 }
 
 type routeConfig struct {
 	Name            string          `json:"name"`
-	Match           *matchConfig    `json:"match"`
-	Target          *targetConfig   `json:"target"`
-	Retry           *retryConfig    `json:"retry"`
-	MaxPayloadBytes *int            `json:"max_payload_bytes"`
+	Match           matchConfig     `json:"match"`
+	Target          targetConfig    `json:"target"`
+	Retry           retryConfig     `json:"retry"`
+	MaxPayloadBytes float64         `json:"max_payload_bytes"`
 	Schema          json.RawMessage `json:"schema"`
-	OnDead          *string         `json:"on_dead"`
-	OnConfigError   *string         `json:"on_config_error"`
+	OnDead          string          `json:"on_dead"`
+	OnConfigError   string          `json:"on_config_error"`
 }
 
 type matchConfig struct {
@@ -214,389 +289,27 @@ type matchConfig struct {
 
 type targetConfig struct {
 	Type        string  `json:"type"`
-	Timeout     *string `json:"timeout"`
-	Concurrency *int    `json:"concurrency"`
+	Timeout     string  `json:"timeout"`
+	Concurrency float64 `json:"concurrency"`
 
-	TopicARN       string `json:"topic_arn" target:"sns"`
-	MessageGroupID string `json:"message_group_id" target:"sns"`
+	TopicARN       string `json:"topic_arn"`
+	MessageGroupID string `json:"message_group_id"`
 
-	EventBus   string `json:"event_bus" target:"eventbridge"`
-	Source     string `json:"source" target:"eventbridge"`
-	DetailType string `json:"detail_type" target:"eventbridge"`
+	EventBus   string `json:"event_bus"`
+	Source     string `json:"source"`
+	DetailType string `json:"detail_type"`
 
-	URL               string            `json:"url" target:"http"`
-	SigningSecretEnv  string            `json:"signing_secret_env" target:"http"`
-	SigningSecretARN  string            `json:"signing_secret_arn" target:"http"`
-	Headers           map[string]string `json:"headers" target:"http"`
-	AllowInsecureHTTP bool              `json:"allow_insecure_http" target:"http"`
+	URL               string            `json:"url"`
+	SigningSecretEnv  string            `json:"signing_secret_env"`
+	SigningSecretARN  string            `json:"signing_secret_arn"`
+	Headers           map[string]string `json:"headers"`
+	AllowInsecureHTTP bool              `json:"allow_insecure_http"`
 
-	Function string `json:"function" target:"lambda"`
+	Function string `json:"function"`
 }
 
 type retryConfig struct {
-	MaxAttempts *int    `json:"max_attempts"`
-	BaseDelay   *string `json:"base_delay"`
-	MaxDelay    *string `json:"max_delay"`
-}
-
-// structField is one field of a decoding struct.
-type structField struct {
-	name   string // the JSON name
-	typ    reflect.Type
-	target string // the target type it belongs to; "" for all
-	index  int
-}
-
-var structFieldsCache sync.Map // reflect.Type → []structField
-
-func structFields(t reflect.Type) []structField {
-	if v, ok := structFieldsCache.Load(t); ok {
-		return v.([]structField)
-	}
-	var out []structField
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		out = append(out, structField{name: name, typ: f.Type, target: f.Tag.Get("target"), index: i})
-	}
-	structFieldsCache.Store(t, out)
-	return out
-}
-
-func fieldNamed(t reflect.Type, name string) (structField, bool) {
-	for _, f := range structFields(t) {
-		if f.name == name {
-			return f, true
-		}
-	}
-	return structField{}, false
-}
-
-// fieldsOfTarget are the valid field names of a target of a type, in
-// declaration order; all of them when the type is not a known one.
-func fieldsOfTarget(targetType string) []string {
-	known := slices.Contains(TargetTypes, targetType)
-	var out []string
-	for _, f := range structFields(reflect.TypeFor[targetConfig]()) {
-		if f.target == "" || !known || f.target == targetType {
-			out = append(out, f.name)
-		}
-	}
-	return out
-}
-
-// targetTypeOf returns the type a target field belongs to, "" for a field
-// common to all types.
-func targetTypeOf(field string) string {
-	f, _ := fieldNamed(reflect.TypeFor[targetConfig](), field)
-	return f.target
-}
-
-// node is a JSON value as written, object keys in order: the structural
-// pass reports unknown, duplicate and mistyped fields from it, with their
-// paths, before encoding/json decodes the same text into the structs.
-type node struct {
-	kind  nodeKind
-	keys  []string
-	props map[string]*node
-	items []*node
-	text  string // a string's value, a number's literal, "true" or "false"
-}
-
-type nodeKind uint8
-
-const (
-	kindNull nodeKind = iota
-	kindObject
-	kindArray
-	kindString
-	kindNumber
-	kindBool
-)
-
-func (n *node) describe() string {
-	switch n.kind {
-	case kindObject:
-		return "an object"
-	case kindArray:
-		return "a list"
-	case kindString:
-		return fmt.Sprintf("the string %s", truncateQuoted(n.text))
-	case kindNumber:
-		return "the number " + n.text
-	case kindBool:
-		return "the boolean " + n.text
-	}
-	return "null"
-}
-
-func truncateQuoted(s string) string {
-	const limit = 64
-	if len(s) > limit {
-		return strconv.Quote(s[:limit]) + "…"
-	}
-	return strconv.Quote(s)
-}
-
-// readTree reads JSON text into a node tree, reporting duplicate keys.
-func readTree(data []byte, ps *problems) (*node, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	root, err := readNode(dec, "", 0, ps)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("unexpected data after the configuration")
-	}
-	return root, nil
-}
-
-func readNode(dec *json.Decoder, path string, depth int, ps *problems) (*node, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("%s: nested more than %d levels deep", displayPath(path), maxDepth)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch v := tok.(type) {
-	case json.Delim:
-		if v == '[' {
-			n := &node{kind: kindArray}
-			for i := 0; dec.More(); i++ {
-				item, err := readNode(dec, fmt.Sprintf("%s[%d]", path, i), depth+1, ps)
-				if err != nil {
-					return nil, err
-				}
-				n.items = append(n.items, item)
-			}
-			_, err := dec.Token() // ]
-			return n, err
-		}
-		n := &node{kind: kindObject, props: map[string]*node{}}
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return nil, err
-			}
-			key := tok.(string) // object keys are always strings
-			child, err := readNode(dec, joinPath(path, key), depth+1, ps)
-			if err != nil {
-				return nil, err
-			}
-			if _, dup := n.props[key]; dup {
-				ps.reject(joinPath(path, key), "appears twice; a second value would silently replace the first")
-				continue
-			}
-			n.keys = append(n.keys, key)
-			n.props[key] = child
-		}
-		_, err := dec.Token() // }
-		return n, err
-	case string:
-		return &node{kind: kindString, text: v}, nil
-	case json.Number:
-		return &node{kind: kindNumber, text: v.String()}, nil
-	case bool:
-		return &node{kind: kindBool, text: strconv.FormatBool(v)}, nil
-	default:
-		return &node{kind: kindNull}, nil
-	}
-}
-
-var simpleKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
-// joinPath appends an object key to a field path: routes[0].target.url.
-func joinPath(path, key string) string {
-	if !simpleKey.MatchString(key) {
-		return fmt.Sprintf("%s[%s]", path, strconv.Quote(key))
-	}
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func displayPath(path string) string {
-	if path == "" {
-		return "the configuration"
-	}
-	return path
-}
-
-var rawMessageType = reflect.TypeFor[json.RawMessage]()
-
-// checkStructure compares a node tree with a decoding struct type and
-// reports, with their paths, the fields that encoding/json would reject:
-// unknown fields (secrets given inline first) and values of the wrong JSON
-// type. null counts as absent everywhere, as it does for encoding/json.
-func checkStructure(n *node, t reflect.Type, path string, ps *problems, fromYAML bool) {
-	if n.kind == kindNull {
-		return
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == rawMessageType {
-		return // any JSON value; its meaning is checked later
-	}
-	wrongType := func(want string) {
-		msg := fmt.Sprintf("must be %s, not %s", want, n.describe())
-		switch {
-		case fromYAML && t.Kind() == reflect.String && (n.kind == kindBool || n.kind == kindNumber):
-			msg += `; YAML reads unquoted yes, no, on, off, true, false and numbers as such: quote the value`
-		case fromYAML && t.Kind() == reflect.String && n.kind == kindObject:
-			msg += `; in YAML a value that starts with { is a mapping: quote it`
-		}
-		ps.reject(path, "%s", msg)
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		if n.kind != kindObject {
-			wrongType("an object")
-			return
-		}
-		for _, key := range n.keys {
-			child := n.props[key]
-			f, ok := fieldNamed(t, key)
-			if !ok {
-				reportUnknownField(n, t, path, key, ps)
-				continue
-			}
-			checkStructure(child, f.typ, joinPath(path, key), ps, fromYAML)
-		}
-	case reflect.Slice:
-		if n.kind != kindArray {
-			wrongType("a list")
-			return
-		}
-		for i, item := range n.items {
-			checkStructure(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), ps, fromYAML)
-		}
-	case reflect.Map:
-		if n.kind != kindObject {
-			wrongType("an object")
-			return
-		}
-		for _, key := range n.keys {
-			checkStructure(n.props[key], t.Elem(), joinPath(path, key), ps, fromYAML)
-		}
-	case reflect.String:
-		if n.kind != kindString {
-			wrongType("a string")
-		}
-	case reflect.Int:
-		if n.kind != kindNumber {
-			wrongType("an integer")
-		} else if _, err := strconv.ParseInt(n.text, 10, strconv.IntSize); errors.Is(err, strconv.ErrRange) {
-			ps.reject(path, "%s is too large", n.text)
-		} else if err != nil {
-			ps.reject(path, "must be a whole number written without a fraction or exponent, not %s", n.text)
-		}
-	case reflect.Bool:
-		if n.kind != kindBool {
-			wrongType("true or false")
-		}
-	default:
-		panic("route: no structural check for " + t.String())
-	}
-}
-
-// objectNames name the decoding structs in messages.
-var objectNames = map[reflect.Type]string{
-	reflect.TypeFor[fileConfig]():   "the configuration",
-	reflect.TypeFor[routeConfig]():  "a route",
-	reflect.TypeFor[matchConfig]():  "a match",
-	reflect.TypeFor[targetConfig](): "a target",
-	reflect.TypeFor[retryConfig]():  "a retry policy",
-}
-
-func reportUnknownField(obj *node, t reflect.Type, path, key string, ps *problems) {
-	field := joinPath(path, key)
-	suggestion, closest := "", 3 // suggest names at most 2 edits away
-	for _, f := range structFields(t) {
-		if strings.EqualFold(f.name, key) {
-			suggestion = fmt.Sprintf(" (did you mean %q? names are case-sensitive)", f.name)
-			// encoding/json matches names case-insensitively, so this value
-			// may have replaced the real field's: judge neither.
-			ps.rejected = append(ps.rejected, joinPath(path, f.name))
-			break
-		}
-		if d := editDistance(f.name, key); len(key) >= 4 && d < closest {
-			suggestion, closest = fmt.Sprintf(" (did you mean %q?)", f.name), d
-		}
-	}
-	// A misspelt signing_secret_env is a typo, not an inline secret.
-	if suggestion == "" && looksLikeSecret(key) {
-		ps.reject(field, "%s", secretsInline)
-		return
-	}
-	var valid []string
-	what := objectNames[t]
-	if t == reflect.TypeFor[targetConfig]() {
-		typ := ""
-		if n := obj.props["type"]; n != nil && n.kind == kindString && slices.Contains(TargetTypes, n.text) {
-			typ = n.text
-			what = article(typ) + " " + typ + " target"
-		}
-		valid = fieldsOfTarget(typ)
-	} else {
-		for _, f := range structFields(t) {
-			valid = append(valid, f.name)
-		}
-	}
-	ps.reject(field, "unknown field %s%s; the fields of %s are %s", strconv.Quote(key), suggestion, what, strings.Join(valid, ", "))
-}
-
-// editDistance is the optimal-string-alignment distance between two short
-// names (insertions, deletions, substitutions and transpositions of
-// adjacent letters), for suggesting the field a misspelt one meant.
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
-}
-
-// article is the indefinite article of a target type as it is spoken:
-// an SNS, an EventBridge, an HTTP, a Lambda target.
-func article(targetType string) string {
-	if targetType == TypeLambda {
-		return "a"
-	}
-	return "an"
-}
-
-// looksLikeSecret reports whether a field or header name suggests that a
-// credential is being written into the configuration, which is readable by
-// anyone who can read the function's configuration.
-func looksLikeSecret(name string) bool {
-	n := strings.NewReplacer("_", "", "-", "", ".", "", " ", "").Replace(strings.ToLower(name))
-	for _, s := range []string{"secret", "password", "passwd", "token", "apikey", "credential", "privatekey", "accesskey", "authorization", "bearer", "cookie"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
+	MaxAttempts float64 `json:"max_attempts"`
+	BaseDelay   string  `json:"base_delay"`
+	MaxDelay    string  `json:"max_delay"`
 }

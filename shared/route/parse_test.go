@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func routeIndexOf(t *testing.T, field string) int {
 // problems, in order.
 func checkProblems(t *testing.T, data string, wants ...want) {
 	t.Helper()
-	table, err := Parse([]byte(data))
+	table, err := Parse([]byte(data), Options{})
 	if err == nil {
 		t.Fatalf("Parse accepted the configuration (%d routes); want %d problems", len(table.Routes), len(wants))
 	}
@@ -88,11 +89,11 @@ func TestParseRejectsBadDocuments(t *testing.T) {
 		{"several YAML documents", "routes: []\n---\nroutes: []\n", want{"", "the YAML holds 2 documents"}},
 		{"empty", "", want{"", "the configuration is empty"}},
 		{"only a YAML comment", "  \n# nothing here\n", want{"", "the configuration is empty"}},
-		{"top level list", `[]`, want{"", `the configuration must be an object with a "routes" list, not a list`}},
+		{"top level list", `[]`, want{"", `the configuration must be an object, not a list`}},
 		{"top level string in YAML", `just text`, want{"", `not the string "just text"`}},
 		{"too large", `{"routes": [` + strings.Repeat(" ", MaxConfigBytes) + `]}`, want{"", "over the limit of 4194304"}},
 		{"too deep", config(routeTo(snsTarget, `"schema": `+strings.Repeat(`{"not": `, 200)+`{}`+strings.Repeat(`}`, 200))), want{"", "nested more than 100 levels deep"}},
-		{"missing routes", `{}`, want{"routes", "is required: a list of at least one route"}},
+		{"missing routes", `{}`, want{"routes", "is required"}},
 		{"null routes", `{"routes": null}`, want{"routes", "is required"}},
 		{"empty routes", `{"routes": []}`, want{"routes", "is empty: list at least one route"}},
 		{"routes not a list", `{"routes": {"match": {}}}`, want{"routes", "must be a list, not an object"}},
@@ -119,72 +120,72 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 		{"unknown match field", `{"match": {"namespace": "ns", "topic": "tp", "tenant": "t"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.tenant", `unknown field "tenant"; the fields of a match are namespace, topic`}}},
 		{"unknown retry field", routeTo(snsTarget, `"retry": {"attempts": 3}`), []want{{"routes[0].retry.attempts", `unknown field "attempts"; the fields of a retry policy are max_attempts, base_delay, max_delay`}}},
 		{"unknown target field lists the type's fields", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "subject": "x"}`), []want{{"routes[0].target.subject", `unknown field "subject"; the fields of an sns target are type, timeout, concurrency, topic_arn, message_group_id`}}},
-		{"unknown target field of an unknown type lists every field", routeTo(`{"type": "kafka", "brokers": "b"}`), []want{{"routes[0].target.brokers", `the fields of a target are type, timeout, concurrency, topic_arn, message_group_id, event_bus, source, detail_type, url, signing_secret_env, signing_secret_arn, headers, allow_insecure_http, function`}, {"routes[0].target.type", `"kafka" is not a target type; the types are sns, eventbridge, http, lambda`}}},
+		{"unknown target field of an unknown type lists every field", routeTo(`{"type": "kafka", "brokers": "b"}`), []want{{"routes[0].target.brokers", `the fields of a target are type, timeout, concurrency, topic_arn, message_group_id, event_bus, source, detail_type, url, signing_secret_env, signing_secret_arn, headers, allow_insecure_http, function`}, {"routes[0].target.type", `must be "sns", "eventbridge", "http" or "lambda"; got "kafka"`}}},
 		{"misspelt field", routeTo(`{"type": "sns", "topic_ar": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.topic_ar", `unknown field "topic_ar" (did you mean "topic_arn"?); the fields of an sns target are`}, {"routes[0].target.topic_arn", "is required"}}},
-		{"misspelt secret reference", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_evn": "S"}`), []want{{"routes[0].target.signing_secret_evn", `unknown field "signing_secret_evn" (did you mean "signing_secret_env"?)`}, {"routes[0].target", "needs signing_secret_env or signing_secret_arn"}}},
+		{"misspelt secret reference", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_evn": "S"}`), []want{{"routes[0].target", "needs signing_secret_env or signing_secret_arn"}, {"routes[0].target.signing_secret_evn", `unknown field "signing_secret_evn" (did you mean "signing_secret_env"?)`}}},
 		{"field name in the wrong case", routeTo(`{"type": "sns", "Topic_ARN": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.Topic_ARN", `(did you mean "topic_arn"? names are case-sensitive)`}}},
 		{"odd field name is quoted in the path", routeTo(snsTarget, `"my field": 1`), []want{{`routes[0]["my field"]`, `unknown field "my field"`}}},
 		{"inline signing secret", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "signing_secret": "whsec_abc"}`), []want{{"routes[0].target.signing_secret", "secrets are referenced with signing_secret_env or signing_secret_arn, never inline"}}},
 		{"inline password", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "password": "hunter2"}`), []want{{"routes[0].target.password", "never inline"}}},
 		{"inline api key", routeTo(`{"type": "lambda", "function": "f", "api_key": "k"}`), []want{{"routes[0].target.api_key", "never inline"}}},
 		{"inline token on the route", routeTo(snsTarget, `"token": "t"`), []want{{"routes[0].token", "never inline"}}},
-		{"inline secret", routeTo(`{"type": "http", "url": "https://h.example/x", "secret": "s"}`), []want{{"routes[0].target.secret", "never inline"}, {"routes[0].target", "needs signing_secret_env or signing_secret_arn"}}},
+		{"inline secret", routeTo(`{"type": "http", "url": "https://h.example/x", "secret": "s"}`), []want{{"routes[0].target", "needs signing_secret_env or signing_secret_arn"}, {"routes[0].target.secret", "never inline"}}},
 
 		// Names.
-		{"bad name", routeTo(snsTarget, `"name": "billing usage"`), []want{{"routes[0].name", `"billing usage" must be 1-128 characters of letters, digits and . _ : / -`}}},
+		{"bad name", routeTo(snsTarget, `"name": "billing usage"`), []want{{"routes[0].name", `must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit; got "billing usage"`}}},
 		{"name not a string", routeTo(snsTarget, `"name": 7`), []want{{"routes[0].name", "must be a string, not the number 7"}}},
 
 		// Match.
-		{"missing match", `{"target": ` + snsTarget + `}`, []want{{"routes[0].match", `is required: {"namespace": ..., "topic": ...}, each an exact name or "*"`}}},
+		{"missing match", `{"target": ` + snsTarget + `}`, []want{{"routes[0].match", `is required`}}},
 		{"match not an object", `{"match": "payments/*", "target": ` + snsTarget + `}`, []want{{"routes[0].match", `must be an object, not the string "payments/*"`}}},
-		{"missing namespace", `{"match": {"topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `is required: an exact namespace, or "*" to match any`}}},
-		{"missing topic", `{"match": {"namespace": "ns"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.topic", `is required: an exact topic, or "*" to match any`}}},
-		{"invalid namespace", `{"match": {"namespace": "-billing", "topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `"-billing" is neither "*" nor a valid namespace: 1-128 characters`}}},
-		{"namespace too long", `{"match": {"namespace": "` + longName + `", "topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `is neither "*" nor a valid namespace`}}},
-		{"partial wildcard topic", `{"match": {"namespace": "ns", "topic": "usage_*"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.topic", `"usage_*" is neither "*" nor an exact topic; partial wildcards are not supported`}}},
+		{"missing namespace", `{"match": {"topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `is required`}}},
+		{"missing topic", `{"match": {"namespace": "ns"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.topic", `is required`}}},
+		{"invalid namespace", `{"match": {"namespace": "-billing", "topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `must be "*" or an exact name: 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit; got "-billing"`}}},
+		{"namespace too long", `{"match": {"namespace": "` + longName + `", "topic": "tp"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.namespace", `must be "*" or an exact name`}}},
+		{"partial wildcard topic", `{"match": {"namespace": "ns", "topic": "usage_*"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.topic", `is a partial wildcard, which is not supported: write "*" or an exact name; got "usage_*"`}}},
 
 		// Target, common.
-		{"missing target", `{"match": {"namespace": "ns", "topic": "tp"}}`, []want{{"routes[0].target", "is required: an object with a type (sns, eventbridge, http, lambda)"}}},
-		{"missing type", routeTo(`{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.type", "is required: one of sns, eventbridge, http, lambda"}}},
-		{"unknown type", routeTo(`{"type": "SNS"}`), []want{{"routes[0].target.type", `"SNS" is not a target type; the types are sns, eventbridge, http, lambda`}}},
+		{"missing target", `{"match": {"namespace": "ns", "topic": "tp"}}`, []want{{"routes[0].target", "is required"}}},
+		{"missing type", routeTo(`{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.type", "is required"}}},
+		{"unknown type", routeTo(`{"type": "SNS"}`), []want{{"routes[0].target.type", `must be "sns", "eventbridge", "http" or "lambda"; got "SNS"`}}},
 		{"sns field on an http target", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", "is a field of sns targets, not of an http target"}}},
-		{"http fields on an sns target", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "url": "https://h.example/x", "allow_insecure_http": true}`), []want{{"routes[0].target.url", "is a field of http targets, not of an sns target"}, {"routes[0].target.allow_insecure_http", "is a field of http targets"}}},
+		{"http fields on an sns target", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "url": "https://h.example/x", "allow_insecure_http": true}`), []want{{"routes[0].target.allow_insecure_http", "is a field of http targets, not of an sns target"}, {"routes[0].target.url", "is a field of http targets, not of an sns target"}}},
 		{"lambda field on an eventbridge target", routeTo(`{"type": "eventbridge", "event_bus": "default", "function": "f"}`), []want{{"routes[0].target.function", "is a field of lambda targets, not of an eventbridge target"}}},
 		{"eventbridge field on a lambda target", routeTo(`{"type": "lambda", "function": "f", "event_bus": "default"}`), []want{{"routes[0].target.event_bus", "is a field of eventbridge targets, not of a lambda target"}}},
 
 		// SNS.
-		{"sns without topic_arn", routeTo(`{"type": "sns"}`), []want{{"routes[0].target.topic_arn", "is required for an sns target: arn:aws:sns:<region>:<12-digit account>:<topic name>"}}},
-		{"topic_arn not an ARN", routeTo(`{"type": "sns", "topic_arn": "payments"}`), []want{{"routes[0].target.topic_arn", `"payments" is not an ARN; want arn:aws:sns:`}}},
-		{"topic_arn of another service", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sqs:eu-west-1:123456789012:q"}`), []want{{"routes[0].target.topic_arn", `is an ARN of service "sqs", not "sns"`}}},
-		{"topic_arn with an unknown partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws-iso:sns:us-iso-east-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `has partition "aws-iso"; the partitions are aws, aws-cn and aws-us-gov`}}},
-		{"topic_arn without a region", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns::123456789012:t"}`), []want{{"routes[0].target.topic_arn", `has region "", which is not a region name`}}},
-		{"topic_arn region outside its partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws-cn:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `has region "eu-west-1", which is not in partition "aws-cn"`}}},
-		{"topic_arn China region in the aws partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:cn-north-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `which is not in partition "aws"`}}},
-		{"topic_arn short account", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:1234:payments"}`), []want{{"routes[0].target.topic_arn", `has account "1234"; an account id is 12 digits`}}},
-		{"topic_arn bad topic name", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:pay/ments"}`), []want{{"routes[0].target.topic_arn", `has topic name "pay/ments"`}}},
-		{"topic_arn name too long", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:` + strings.Repeat("t", 253) + `.fifo"}`), []want{{"routes[0].target.topic_arn", `has topic name`}}},
+		{"sns without topic_arn", routeTo(`{"type": "sns"}`), []want{{"routes[0].target.topic_arn", "is required"}}},
+		{"topic_arn not an ARN", routeTo(`{"type": "sns", "topic_arn": "payments"}`), []want{{"routes[0].target.topic_arn", `must be an SNS topic ARN: arn:<partition>:sns:<region>:<12-digit account>:<topic name>; got "payments"`}}},
+		{"topic_arn of another service", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sqs:eu-west-1:123456789012:q"}`), []want{{"routes[0].target.topic_arn", `must be an SNS topic ARN: arn:<partition>:sns:`}}},
+		{"topic_arn with an unknown partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws-iso:sns:us-iso-east-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `must have the partition aws, aws-cn or aws-us-gov; got "arn:aws-iso:sns:us-iso-east-1:123456789012:t"`}}},
+		{"topic_arn without a region", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns::123456789012:t"}`), []want{{"routes[0].target.topic_arn", `must have a region name such as eu-west-1`}}},
+		{"topic_arn region outside its partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws-cn:sns:eu-west-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `has a region outside its partition: cn-* regions are in aws-cn, us-gov-* regions in aws-us-gov, the others in aws`}}},
+		{"topic_arn China region in the aws partition", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:cn-north-1:123456789012:t"}`), []want{{"routes[0].target.topic_arn", `has a region outside its partition`}}},
+		{"topic_arn short account", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:1234:payments"}`), []want{{"routes[0].target.topic_arn", `must have a 12-digit account id; got "arn:aws:sns:eu-west-1:1234:payments"`}}},
+		{"topic_arn bad topic name", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:pay/ments"}`), []want{{"routes[0].target.topic_arn", `must end in a topic name: 1-256 letters, digits, - and _, with .fifo at the end of a FIFO topic`}}},
+		{"topic_arn name too long", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:` + strings.Repeat("t", 253) + `.fifo"}`), []want{{"routes[0].target.topic_arn", `must end in a topic name`}}},
 		{"message_group_id on a standard topic", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:orders", "message_group_id": "g"}`), []want{{"routes[0].target.message_group_id", "is only for FIFO topics (names ending in .fifo)"}}},
-		{"message_group_id too long", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "` + strings.Repeat("g", 129) + `"}`), []want{{"routes[0].target.message_group_id", "is 129 characters, over SNS's limit of 128"}}},
-		{"message_group_id with a space", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "a b"}`), []want{{"routes[0].target.message_group_id", "printable ASCII without spaces"}}},
+		{"message_group_id too long", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "` + strings.Repeat("g", 129) + `"}`), []want{{"routes[0].target.message_group_id", "must be 1-128 printable ASCII characters without spaces"}}},
+		{"message_group_id with a space", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "a b"}`), []want{{"routes[0].target.message_group_id", "printable ASCII characters without spaces"}}},
 
 		// EventBridge.
-		{"eventbridge without event_bus", routeTo(`{"type": "eventbridge"}`), []want{{"routes[0].target.event_bus", `is required for an eventbridge target: a bus name such as "default"`}}},
-		{"event_bus bad name", routeTo(`{"type": "eventbridge", "event_bus": "my bus"}`), []want{{"routes[0].target.event_bus", `"my bus" is neither a bus name (1-256 letters, digits and / . - _) nor an event bus ARN`}}},
-		{"event_bus name too long", routeTo(`{"type": "eventbridge", "event_bus": "` + strings.Repeat("b", 257) + `"}`), []want{{"routes[0].target.event_bus", "is neither a bus name"}}},
-		{"event_bus ARN of a rule", routeTo(`{"type": "eventbridge", "event_bus": "arn:aws:events:eu-west-1:123456789012:rule/r"}`), []want{{"routes[0].target.event_bus", "is not an event bus ARN; want arn:aws:events:<region>:<12-digit account>:event-bus/<name>"}}},
-		{"event_bus ARN of another service", routeTo(`{"type": "eventbridge", "event_bus": "arn:aws:sns:eu-west-1:123456789012:event-bus/b"}`), []want{{"routes[0].target.event_bus", `is an ARN of service "sns", not "events"`}}},
-		{"unknown placeholder in source", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "outbox.{tenant}"}`), []want{{"routes[0].target.source", `has the unknown placeholder "{tenant}"; the placeholders are {namespace} and {topic}`}}},
-		{"unknown placeholder in detail_type", routeTo(`{"type": "eventbridge", "event_bus": "default", "detail_type": "{Topic}"}`), []want{{"routes[0].target.detail_type", `has the unknown placeholder "{Topic}"`}}},
-		{"unclosed brace", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "outbox.{namespace"}`), []want{{"routes[0].target.source", `has a "{" that is never closed`}}},
-		{"stray closing brace", routeTo(`{"type": "eventbridge", "event_bus": "default", "detail_type": "topic}"}`), []want{{"routes[0].target.detail_type", `has a "}" without a "{"`}}},
+		{"eventbridge without event_bus", routeTo(`{"type": "eventbridge"}`), []want{{"routes[0].target.event_bus", `is required`}}},
+		{"event_bus bad name", routeTo(`{"type": "eventbridge", "event_bus": "my bus"}`), []want{{"routes[0].target.event_bus", `must be a bus name (1-256 letters, digits and / . - _) or an event bus ARN; got "my bus"`}}},
+		{"event_bus name too long", routeTo(`{"type": "eventbridge", "event_bus": "` + strings.Repeat("b", 257) + `"}`), []want{{"routes[0].target.event_bus", "must be a bus name"}}},
+		{"event_bus ARN of a rule", routeTo(`{"type": "eventbridge", "event_bus": "arn:aws:events:eu-west-1:123456789012:rule/r"}`), []want{{"routes[0].target.event_bus", "must end in event-bus/<name>"}}},
+		{"event_bus ARN of another service", routeTo(`{"type": "eventbridge", "event_bus": "arn:aws:sns:eu-west-1:123456789012:event-bus/b"}`), []want{{"routes[0].target.event_bus", `must be an event bus ARN: arn:<partition>:events:<region>:<12-digit account>:event-bus/<name>`}}},
+		{"unknown placeholder in source", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "outbox.{tenant}"}`), []want{{"routes[0].target.source", `may hold only the placeholders {namespace} and {topic}: no other braces, no control characters; got "outbox.{tenant}"`}}},
+		{"unknown placeholder in detail_type", routeTo(`{"type": "eventbridge", "event_bus": "default", "detail_type": "{Topic}"}`), []want{{"routes[0].target.detail_type", `may hold only the placeholders {namespace} and {topic}`}}},
+		{"unclosed brace", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "outbox.{namespace"}`), []want{{"routes[0].target.source", `may hold only the placeholders {namespace} and {topic}`}}},
+		{"stray closing brace", routeTo(`{"type": "eventbridge", "event_bus": "default", "detail_type": "topic}"}`), []want{{"routes[0].target.detail_type", `may hold only the placeholders {namespace} and {topic}`}}},
 		{"source reserved by AWS", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "aws.outbox"}`), []want{{"routes[0].target.source", `starts with "aws.": AWS reserves that prefix`}}},
 		{"source that expands into aws.", `{"match": {"namespace": "aws.billing", "topic": "*"}, "target": {"type": "eventbridge", "event_bus": "default", "source": "{namespace}"}}`, []want{{"routes[0].target.source", `"{namespace}" expands to "aws.billing" for this route, which starts with "aws."`}}},
 		{"detail_type too long", routeTo(`{"type": "eventbridge", "event_bus": "default", "detail_type": "` + strings.Repeat("d", 127) + `.{topic}"}`), []want{{"routes[0].target.detail_type", "expands to 130 characters, over EventBridge's limit of 128"}}},
 		{"source too long", routeTo(`{"type": "eventbridge", "event_bus": "default", "source": "` + strings.Repeat("s", 257) + `"}`), []want{{"routes[0].target.source", "expands to 257 characters, over EventBridge's limit of 256"}}},
 
 		// HTTP.
-		{"http without url", routeTo(`{"type": "http", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "is required for an http target: an https:// URL"}}},
-		{"relative url", routeTo(`{"type": "http", "url": "/usage", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", `"/usage" is not an absolute URL such as https://billing.internal/usage`}}},
+		{"http without url", routeTo(`{"type": "http", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "is required"}}},
+		{"relative url", routeTo(`{"type": "http", "url": "/usage", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "is not an absolute URL such as https://billing.internal/usage"}}},
 		{"unparsable url", routeTo(`{"type": "http", "url": "https://bad host/", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", `is not a URL: invalid character " " in host name`}}},
 		{"ftp url", routeTo(`{"type": "http", "url": "ftp://h.example/x", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", `has scheme "ftp"; use https://`}}},
 		{"plain http to a remote host", routeTo(`{"type": "http", "url": "http://billing.internal/usage", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "uses http:// to billing.internal, which sends messages unencrypted; use https://, or set allow_insecure_http: true"}}},
@@ -193,11 +194,11 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 		{"fragment in the url", routeTo(`{"type": "http", "url": "https://h.example/x#part", "signing_secret_env": "S"}`), []want{{"routes[0].target.url", "has a #fragment, which is never sent"}}},
 		{"no signing secret", routeTo(`{"type": "http", "url": "https://h.example/x"}`), []want{{"routes[0].target", "needs signing_secret_env or signing_secret_arn: webhooks are always signed"}}},
 		{"both signing secrets", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "signing_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:s"}`), []want{{"routes[0].target", "sets both signing_secret_env and signing_secret_arn; set exactly one"}}},
-		{"signing_secret_env not a variable name", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw+X=="}`), []want{{"routes[0].target.signing_secret_env", "is not an environment variable name"}}},
-		{"signing_secret_env starting with a digit", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "1SECRET"}`), []want{{"routes[0].target.signing_secret_env", `"1SECRET" is not an environment variable name`}}},
-		{"signing_secret_arn of another service", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_arn": "arn:aws:ssm:eu-west-1:123456789012:parameter/s"}`), []want{{"routes[0].target.signing_secret_arn", `is an ARN of service "ssm", not "secretsmanager"`}}},
-		{"signing_secret_arn not a secret", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:s"}`), []want{{"routes[0].target.signing_secret_arn", "is not a Secrets Manager secret ARN; want arn:aws:secretsmanager:<region>:<12-digit account>:secret:<name>"}}},
-		{"header with a bad name", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X Team": "billing"}}`), []want{{`routes[0].target.headers["X Team"]`, `"X Team" is not a valid HTTP header name`}}},
+		{"signing_secret_env not a variable name", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw+X=="}`), []want{{"routes[0].target.signing_secret_env", "must be the name of an environment variable (letters, digits and _, not starting with a digit); the secret itself goes in that variable"}}},
+		{"signing_secret_env starting with a digit", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "1SECRET"}`), []want{{"routes[0].target.signing_secret_env", "must be the name of an environment variable"}}},
+		{"signing_secret_arn of another service", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_arn": "arn:aws:ssm:eu-west-1:123456789012:parameter/s"}`), []want{{"routes[0].target.signing_secret_arn", `must be a Secrets Manager secret ARN: arn:<partition>:secretsmanager:<region>:<12-digit account>:secret:<name>`}}},
+		{"signing_secret_arn not a secret", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:s"}`), []want{{"routes[0].target.signing_secret_arn", "must end in secret:<name>"}}},
+		{"header with a bad name", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X Team": "billing"}}`), []want{{`routes[0].target.headers["X Team"]`, `is not a valid HTTP header name (letters, digits and !#$%&'*+-.^_` + "`" + `|~)`}}},
 		{"header with a CRLF", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": "a\r\nX-Admin: 1"}}`), []want{{"routes[0].target.headers.X-Team", "has a value with a control character"}}},
 		{"header value not a string", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": 1}}`), []want{{"routes[0].target.headers.X-Team", "must be a string, not the number 1"}}},
 		{"authorization header", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"Authorization": "Bearer abc"}}`), []want{{"routes[0].target.headers.Authorization", "would carry a credential inline; secrets are referenced with signing_secret_env or signing_secret_arn, never inline"}}},
@@ -205,23 +206,23 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 		{"headers differing in case", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": "a", "x-team": "b"}}`), []want{{"routes[0].target.headers.x-team", `is the same header as "X-Team" (header names are case-insensitive)`}}},
 
 		// Lambda.
-		{"lambda without function", routeTo(`{"type": "lambda"}`), []want{{"routes[0].target.function", "is required for a lambda target: a function name"}}},
-		{"function name with a space", routeTo(`{"type": "lambda", "function": "audit sink"}`), []want{{"routes[0].target.function", `has function name "audit sink"; a name is 1-64 letters, digits, - and _`}}},
-		{"function name too long", routeTo(`{"type": "lambda", "function": "` + strings.Repeat("f", 65) + `"}`), []want{{"routes[0].target.function", "has function name"}}},
-		{"function ARN of another service", routeTo(`{"type": "lambda", "function": "arn:aws:states:eu-west-1:123456789012:stateMachine:s"}`), []want{{"routes[0].target.function", `is an ARN of service "states", not "lambda"`}}},
-		{"lambda ARN that is not a function", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:123456789012:layer:l"}`), []want{{"routes[0].target.function", "is not a Lambda function ARN"}}},
-		{"function ARN with a short account", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:1234:function:f"}`), []want{{"routes[0].target.function", `has account "1234"`}}},
-		{"bad qualifier", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:123456789012:function:f:v1.2"}`), []want{{"routes[0].target.function", `has qualifier "v1.2"; a qualifier is $LATEST, a version number or an alias`}}},
+		{"lambda without function", routeTo(`{"type": "lambda"}`), []want{{"routes[0].target.function", "is required"}}},
+		{"function name with a space", routeTo(`{"type": "lambda", "function": "audit sink"}`), []want{{"routes[0].target.function", `must be a function name (1-64 letters, digits, - and _), <12-digit account>:function:<name> or a function ARN, each with an optional :<qualifier> ($LATEST, a version or an alias); got "audit sink"`}}},
+		{"function name too long", routeTo(`{"type": "lambda", "function": "` + strings.Repeat("f", 65) + `"}`), []want{{"routes[0].target.function", "must be a function name"}}},
+		{"function ARN of another service", routeTo(`{"type": "lambda", "function": "arn:aws:states:eu-west-1:123456789012:stateMachine:s"}`), []want{{"routes[0].target.function", `must be a Lambda function ARN: arn:<partition>:lambda:`}}},
+		{"lambda ARN that is not a function", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:123456789012:layer:l"}`), []want{{"routes[0].target.function", "must end in function:<name>[:<qualifier>]"}}},
+		{"function ARN with a short account", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:1234:function:f"}`), []want{{"routes[0].target.function", `must have a 12-digit account id`}}},
+		{"bad qualifier", routeTo(`{"type": "lambda", "function": "arn:aws:lambda:eu-west-1:123456789012:function:f:v1.2"}`), []want{{"routes[0].target.function", `must end in function:<name>[:<qualifier>], the name 1-64 letters, digits, - and _, the qualifier $LATEST, a version or an alias; got "arn:aws:lambda:eu-west-1:123456789012:function:f:v1.2"`}}},
 
 		// Retry.
-		{"max_attempts zero", routeTo(snsTarget, `"retry": {"max_attempts": 0}`), []want{{"routes[0].retry.max_attempts", "must be at least 1, got 0"}}},
-		{"max_attempts negative", routeTo(snsTarget, `"retry": {"max_attempts": -3}`), []want{{"routes[0].retry.max_attempts", "must be at least 1, got -3"}}},
+		{"max_attempts zero", routeTo(snsTarget, `"retry": {"max_attempts": 0}`), []want{{"routes[0].retry.max_attempts", "must be at least 1; got 0"}}},
+		{"max_attempts negative", routeTo(snsTarget, `"retry": {"max_attempts": -3}`), []want{{"routes[0].retry.max_attempts", "must be at least 1; got -3"}}},
 		{"max_attempts over the ceiling", routeTo(snsTarget, `"retry": {"max_attempts": 101}`), []want{{"routes[0].retry.max_attempts", "must be at most 100 (the database's attempt ceiling), got 101"}}},
 		{"max_attempts as a string", routeTo(snsTarget, `"retry": {"max_attempts": "12"}`), []want{{"routes[0].retry.max_attempts", `must be an integer, not the string "12"`}}},
-		{"max_attempts fractional", routeTo(snsTarget, `"retry": {"max_attempts": 1.5}`), []want{{"routes[0].retry.max_attempts", "must be a whole number written without a fraction or exponent, not 1.5"}}},
-		{"base_delay unparsable", routeTo(snsTarget, `"retry": {"base_delay": "1 second"}`), []want{{"routes[0].retry.base_delay", `"1 second" is not a duration; write one such as "500ms", "30s" or "15m"`}}},
-		{"base_delay negative", routeTo(snsTarget, `"retry": {"base_delay": "-1s"}`), []want{{"routes[0].retry.base_delay", "must not be negative, got -1s"}}},
-		{"max_delay negative", routeTo(snsTarget, `"retry": {"max_delay": "-5m"}`), []want{{"routes[0].retry.max_delay", "must not be negative, got -5m"}}},
+		{"max_attempts fractional", routeTo(snsTarget, `"retry": {"max_attempts": 1.5}`), []want{{"routes[0].retry.max_attempts", "must be an integer, not the number 1.5"}}},
+		{"base_delay unparsable", routeTo(snsTarget, `"retry": {"base_delay": "1 second"}`), []want{{"routes[0].retry.base_delay", `must be a duration such as "500ms", "30s", "15m" or "1h30m"; got "1 second"`}}},
+		{"base_delay negative", routeTo(snsTarget, `"retry": {"base_delay": "-1s"}`), []want{{"routes[0].retry.base_delay", `must be a duration such as "500ms", "30s", "15m" or "1h30m"; got "-1s"`}}},
+		{"max_delay negative", routeTo(snsTarget, `"retry": {"max_delay": "-5m"}`), []want{{"routes[0].retry.max_delay", `must be a duration such as "500ms", "30s", "15m" or "1h30m"; got "-5m"`}}},
 		{"max_delay as a number", routeTo(snsTarget, `"retry": {"max_delay": 900}`), []want{{"routes[0].retry.max_delay", "must be a string, not the number 900"}}},
 		{"max_delay below base_delay", routeTo(snsTarget, `"retry": {"base_delay": "10s", "max_delay": "5s"}`), []want{{"routes[0].retry.max_delay", "is 5s, less than base_delay 10s; max_delay must be at least base_delay"}}},
 		{"default max_delay below base_delay", routeTo(snsTarget, `"retry": {"base_delay": "1h"}`), []want{{"routes[0].retry.max_delay", "is 15m (the default), less than base_delay 1h"}}},
@@ -229,24 +230,24 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 
 		// Timeout.
 		{"zero timeout", routeTo(`{"type": "lambda", "function": "f", "timeout": "0s"}`), []want{{"routes[0].target.timeout", "must be positive, got 0s"}}},
-		{"negative timeout", routeTo(`{"type": "lambda", "function": "f", "timeout": "-1s"}`), []want{{"routes[0].target.timeout", "must be positive, got -1s"}}},
+		{"negative timeout", routeTo(`{"type": "lambda", "function": "f", "timeout": "-1s"}`), []want{{"routes[0].target.timeout", `must be a duration such as "500ms", "30s", "15m" or "1h30m"; got "-1s"`}}},
 		{"timeout over 5m", routeTo(`{"type": "lambda", "function": "f", "timeout": "6m"}`), []want{{"routes[0].target.timeout", "must be at most 5m, got 6m"}}},
-		{"timeout unparsable", routeTo(`{"type": "lambda", "function": "f", "timeout": "5"}`), []want{{"routes[0].target.timeout", `"5" is not a duration; write one such as "5s" or "1m30s"`}}},
+		{"timeout unparsable", routeTo(`{"type": "lambda", "function": "f", "timeout": "5"}`), []want{{"routes[0].target.timeout", `must be a duration such as "500ms", "30s", "15m" or "1h30m"; got "5"`}}},
 		{"timeout as a number", routeTo(`{"type": "lambda", "function": "f", "timeout": 5}`), []want{{"routes[0].target.timeout", "must be a string, not the number 5"}}},
 
 		// Payload size.
-		{"max_payload_bytes zero", routeTo(snsTarget, `"max_payload_bytes": 0`), []want{{"routes[0].max_payload_bytes", "must be positive, got 0"}}},
-		{"max_payload_bytes negative", routeTo(snsTarget, `"max_payload_bytes": -1`), []want{{"routes[0].max_payload_bytes", "must be positive, got -1"}}},
-		{"max_payload_bytes over sns", routeTo(snsTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 for an sns target, got 1048577"}}},
-		{"max_payload_bytes over eventbridge", routeTo(ebTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 for an eventbridge target, got 1048577"}}},
-		{"max_payload_bytes over http", routeTo(httpTarget, `"max_payload_bytes": 10485761`), []want{{"routes[0].max_payload_bytes", "must be at most 10485760 for an http target, got 10485761"}}},
-		{"max_payload_bytes over lambda", routeTo(lambdaTarget, `"max_payload_bytes": 6291457`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 for a lambda target, got 6291457"}}},
-		{"max_payload_bytes overflowing", routeTo(lambdaTarget, `"max_payload_bytes": 1e30`), []want{{"routes[0].max_payload_bytes", "must be a whole number written without a fraction or exponent, not 1e30"}}},
-		{"max_payload_bytes too large", routeTo(lambdaTarget, `"max_payload_bytes": 99999999999999999999`), []want{{"routes[0].max_payload_bytes", "99999999999999999999 is too large"}}},
+		{"max_payload_bytes zero", routeTo(snsTarget, `"max_payload_bytes": 0`), []want{{"routes[0].max_payload_bytes", "must be at least 1; got 0"}}},
+		{"max_payload_bytes negative", routeTo(snsTarget, `"max_payload_bytes": -1`), []want{{"routes[0].max_payload_bytes", "must be at least 1; got -1"}}},
+		{"max_payload_bytes over sns", routeTo(snsTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 (1 MiB) for an sns target; got 1048577"}}},
+		{"max_payload_bytes over eventbridge", routeTo(ebTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 (1 MiB) for an eventbridge target; got 1048577"}}},
+		{"max_payload_bytes over http", routeTo(httpTarget, `"max_payload_bytes": 10485761`), []want{{"routes[0].max_payload_bytes", "must be at most 10485760 (10 MiB) for an http target; got 10485761"}}},
+		{"max_payload_bytes over lambda", routeTo(lambdaTarget, `"max_payload_bytes": 6291457`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 (6 MiB) for a lambda target; got 6291457"}}},
+		{"max_payload_bytes overflowing", routeTo(lambdaTarget, `"max_payload_bytes": 1e30`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 (6 MiB) for a lambda target; got 1e30"}}},
+		{"max_payload_bytes too large", routeTo(lambdaTarget, `"max_payload_bytes": 99999999999999999999`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 (6 MiB) for a lambda target; got 99999999999999999999"}}},
 
 		// Schema.
-		{"schema a string", routeTo(snsTarget, `"schema": "object"`), []want{{"routes[0].schema", "must be a JSON Schema: an object or a boolean, not a string"}}},
-		{"schema a list", routeTo(snsTarget, `"schema": [{"type": "object"}]`), []want{{"routes[0].schema", "must be a JSON Schema: an object or a boolean, not a list"}}},
+		{"schema a string", routeTo(snsTarget, `"schema": "object"`), []want{{"routes[0].schema", `must be a boolean or an object, not the string "object"`}}},
+		{"schema a list", routeTo(snsTarget, `"schema": [{"type": "object"}]`), []want{{"routes[0].schema", "must be a boolean or an object, not a list"}}},
 		{"schema that does not compile", routeTo(snsTarget, `"schema": {"type": "objekt"}`), []want{{"routes[0].schema", "is not a valid JSON Schema: at /type: value must be one of 'array', 'boolean', 'integer', 'null', 'number', 'object', 'string'"}}},
 		{"schema with a bad pattern", routeTo(snsTarget, `"schema": {"pattern": "(?=lookahead)"}`), []want{{"routes[0].schema", "is not a valid JSON Schema: at /pattern: '(?=lookahead)' is not valid regex"}}},
 		{"schema with a dangling local ref", routeTo(snsTarget, `"schema": {"$ref": "#/$defs/missing"}`), []want{{"routes[0].schema", `does not compile: json-pointer in "#/$defs/missing" not found`}}},
@@ -297,19 +298,86 @@ func TestParseReportsEveryProblem(t *testing.T) {
 	], "version": 2}`
 	checkProblems(t, data,
 		want{"version", `unknown field "version"`},
-		want{"routes[0].target.topic_arn", `has account "1234"`},
 		want{"routes[0].target.message_group_id", "is only for FIFO topics"},
-		want{"routes[1].target.signing_secret", "never inline"},
+		want{"routes[0].target.topic_arn", `must have a 12-digit account id; got "arn:aws:sns:eu-west-1:1234:payments"`},
+		want{"routes[1].retry.base_delay", `must be a duration such as "500ms", "30s", "15m" or "1h30m"; got "soon"`},
 		want{"routes[1].retry.max_attempts", "must be at most 100"},
-		want{"routes[1].retry.base_delay", `"soon" is not a duration`},
-		want{"routes[1].target.url", "uses http:// to billing.internal"},
 		want{"routes[1].target", "needs signing_secret_env or signing_secret_arn"},
-		want{"routes[2].target.tiemout", `unknown field "tiemout" (did you mean "timeout"?); the fields of an eventbridge target are type, timeout, concurrency, event_bus, source, detail_type`},
+		want{"routes[1].target.signing_secret", "never inline"},
+		want{"routes[1].target.url", "uses http:// to billing.internal"},
 		want{"routes[2].target.source", `starts with "aws."`},
-		want{"routes[3].target.timeout", "must be at most 5m, got 10m"},
-		want{"routes[3].max_payload_bytes", "must be positive, got 0"},
+		want{"routes[2].target.tiemout", `unknown field "tiemout" (did you mean "timeout"?); the fields of an eventbridge target are type, timeout, concurrency, event_bus, source, detail_type`},
 		want{"routes[3].match", "already matched by routes[0]"},
+		want{"routes[3].max_payload_bytes", "must be at least 1; got 0"},
+		want{"routes[3].target.timeout", "must be at most 5m, got 10m"},
 	)
+}
+
+// The attempt ceiling bounds max_attempts both ways: a deployment that
+// lowers it refuses the routes above it, one that raises it admits them.
+func TestParseBoundsMaxAttemptsByTheAttemptCeiling(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ceiling  int
+		attempts string
+		problem  string // "" for none
+	}{
+		{0, "100", ""},
+		{0, "101", "must be at most 100 (the database's attempt ceiling), got 101"},
+		{50, "50", ""},
+		{50, "80", "must be at most 50 (the database's attempt ceiling), got 80"},
+		{1000, "500", ""},
+		{1000, "1000", ""},
+		{1000, "1001", "must be at most 1000 (the database's attempt ceiling), got 1001"},
+		{1000, "1e20", "must be at most 1000 (the database's attempt ceiling), got 100000000000000000000"},
+	} {
+		data := config(routeTo(snsTarget, `"retry": {"max_attempts": `+tc.attempts+`}`))
+		table, err := Parse([]byte(data), Options{AttemptCeiling: tc.ceiling})
+		if tc.problem == "" {
+			if err != nil {
+				t.Errorf("ceiling %d, max_attempts %s: %v", tc.ceiling, tc.attempts, err)
+			} else if got := strconv.Itoa(table.Routes[0].Retry.MaxAttempts); got != tc.attempts {
+				t.Errorf("ceiling %d: MaxAttempts %s, want %s", tc.ceiling, got, tc.attempts)
+			}
+			continue
+		}
+		ce, ok := errors.AsType[*ConfigError](err)
+		if !ok || len(ce.Problems) != 1 || ce.Problems[0].String() != "routes[0].retry.max_attempts: "+tc.problem {
+			t.Errorf("ceiling %d, max_attempts %s: err = %v\nwant routes[0].retry.max_attempts: %s", tc.ceiling, tc.attempts, err, tc.problem)
+		}
+	}
+}
+
+// A value that may be a credential is never quoted in an error, whatever
+// rule it breaks.
+func TestParseNeverQuotesASecret(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-V4LU3"
+	for _, target := range []string{
+		`{"type": "http", "url": "https://user:` + secret + `@h.example/x", "signing_secret_env": "S"}`,
+		`{"type": "http", "url": "https://h.example/x?api_key=` + secret + `", "signing_secret_env": "S"}`,
+		`{"type": "http", "url": "/hooks/` + secret + `", "signing_secret_env": "S"}`,
+		`{"type": "http", "url": "ftp://h.example/` + secret + `", "signing_secret_env": "S"}`,
+		`{"type": "http", "url": "https://bad host/` + secret + `", "signing_secret_env": "S"}`,
+		`{"type": "http", "url": "https://h.example/x#` + secret + `", "signing_secret_env": "S"}`,
+		`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "whsec_` + secret + `"}`,
+		`{"type": "http", "url": "https://h.example/x", "signing_secret": "` + secret + `"}`,
+		`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"Authorization": "Bearer ` + secret + `"}}`,
+		`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": "` + secret + `\r\n"}}`,
+		`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X Team": "` + secret + `"}}`,
+		`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"Host": "` + secret + `"}}`,
+		`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": "Authorization: Bearer ` + secret + `"}`,
+		`{"type": "http", "url": {"href": "https://h.example/` + secret + `"}, "signing_secret_env": "S"}`,
+		`{"type": "lambda", "function": "f", "token": "` + secret + `"}`,
+		`{"type": "lambda", "function": "f", "url": "https://` + secret + `@h"}`,
+	} {
+		_, err := Parse([]byte(config(routeTo(target))), Options{})
+		if err == nil {
+			t.Errorf("Parse accepted %s", target)
+		} else if strings.Contains(err.Error(), secret) {
+			t.Errorf("the error quotes the secret:\n%v", err)
+		}
+	}
 }
 
 func TestParseAcceptsValidTargets(t *testing.T) {
@@ -341,7 +409,7 @@ func TestParseAcceptsValidTargets(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := Parse([]byte(config(tc.route))); err != nil {
+			if _, err := Parse([]byte(config(tc.route)), Options{}); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -355,7 +423,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 		`{"match": {"namespace": "b", "topic": "*"}, "target": `+ebTarget+`, "retry": {"max_attempts": 3}}`,
 		`{"match": {"namespace": "c", "topic": "*"}, "target": `+httpTarget+`, "retry": {"max_delay": "1h"}}`,
 		`{"match": {"namespace": "d", "topic": "*"}, "target": `+lambdaTarget+`, "retry": {"base_delay": "2s"}}`,
-	)))
+	)), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +513,7 @@ func parseFile(t *testing.T, path string) *Table {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table, err := Parse(data)
+	table, err := Parse(data, Options{})
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

@@ -33,10 +33,6 @@ const (
 	TypeLambda      = "lambda"
 )
 
-// TargetTypes are the valid target types, in the order the documentation
-// lists them.
-var TargetTypes = []string{TypeSNS, TypeEventBridge, TypeHTTP, TypeLambda}
-
 // Table is a validated routing configuration. Build it with Parse or
 // FromEnv: they also build the lookup maps that Match uses. A Table is
 // immutable and safe for concurrent use.
@@ -143,7 +139,7 @@ type Route struct {
 	// MaxPayloadBytes is the largest payload the route sends, in bytes of
 	// the payload's JSON; a larger one is dead-lettered as
 	// PAYLOAD_TOO_LARGE without a call. The default and the hard maximum
-	// depend on the target type (see PayloadLimits).
+	// depend on the target type (routes.schema.json).
 	MaxPayloadBytes int
 	// Schema is the configured JSON Schema, nil when the route has none.
 	Schema json.RawMessage

@@ -19,7 +19,7 @@ var precedenceTable = config(
 
 func TestMatchPrecedence(t *testing.T) {
 	t.Parallel()
-	table, err := Parse([]byte(precedenceTable))
+	table, err := Parse([]byte(precedenceTable), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestMatchNamespaceOutranksTopicInAnyOrder(t *testing.T) {
 	byNamespace := `{"name": "ns", "match": {"namespace": "payments", "topic": "*"}, "target": ` + snsTarget + `}`
 	byTopic := `{"name": "topic", "match": {"namespace": "*", "topic": "refund"}, "target": ` + snsTarget + `}`
 	for _, data := range []string{config(byNamespace, byTopic), config(byTopic, byNamespace)} {
-		table, err := Parse([]byte(data))
+		table, err := Parse([]byte(data), Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestMatchNoRoute(t *testing.T) {
 		`{"match": {"namespace": "payments", "topic": "*"}, "target": `+snsTarget+`}`,
 		`{"match": {"namespace": "*", "topic": "refund"}, "target": `+snsTarget+`}`,
 		`{"match": {"namespace": "billing", "topic": "usage"}, "target": `+snsTarget+`}`,
-	)))
+	)), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestMatchNoRoute(t *testing.T) {
 }
 
 func TestMatchDoesNotAllocate(t *testing.T) {
-	table, err := Parse([]byte(precedenceTable))
+	table, err := Parse([]byte(precedenceTable), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func BenchmarkMatch(b *testing.B) {
 		routes = append(routes, fmt.Sprintf(`{"match": {"namespace": "ns%d", "topic": "t%d"}, "target": %s}`, i%20, i, snsTarget))
 	}
 	routes = append(routes, `{"match": {"namespace": "*", "topic": "*"}, "target": `+snsTarget+`}`)
-	table, err := Parse([]byte(config(routes...)))
+	table, err := Parse([]byte(config(routes...)), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestTargetKey(t *testing.T) {
 		`{"match": {"namespace": "e", "topic": "*"}, "target": {"type": "http", "url": "https://billing.internal/usage", "signing_secret_env": "BILLING_SECRET", "headers": {"X-Team": "b"}}}`,
 		`{"match": {"namespace": "f", "topic": "*"}, "target": `+httpTarget+`, "max_payload_bytes": 1000}`,
 		`{"match": {"namespace": "g", "topic": "*"}, "target": `+httpTarget+`, "retry": {"max_attempts": 3}, "schema": true, "name": "g"}`,
-	)))
+	)), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

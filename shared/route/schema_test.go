@@ -9,7 +9,7 @@ import (
 
 func schemaRoute(t *testing.T, schema string) *Route {
 	t.Helper()
-	table, err := Parse([]byte(config(routeTo(lambdaTarget, `"name": "billing-usage", "schema": `+schema))))
+	table, err := Parse([]byte(config(routeTo(lambdaTarget, `"name": "billing-usage", "schema": `+schema))), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestCheckPayloadInvalidJSON(t *testing.T) {
 
 func TestCheckPayloadWithoutSchema(t *testing.T) {
 	t.Parallel()
-	table, err := Parse([]byte(config(routeTo(lambdaTarget))))
+	table, err := Parse([]byte(config(routeTo(lambdaTarget))), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestOnePublisherPerDistinctTarget(t *testing.T) {
 	  {"match":{"namespace":"billing","topic":"refund"},"target":{"type":"http","url":"https://billing.example/usage","signing_secret_env":"SECRET"}},
 	  {"match":{"namespace":"payments","topic":"*"},"target":{"type":"sns","topic_arn":"arn:aws:sns:eu-west-1:123456789012:payments.fifo"}},
 	  {"match":{"namespace":"*","topic":"*"},"target":{"type":"eventbridge","event_bus":"default"}},
-	  {"match":{"namespace":"audit","topic":"*"},"target":{"type":"lambda","function":"audit-sink","concurrency":16}}]}`))
+	  {"match":{"namespace":"audit","topic":"*"},"target":{"type":"lambda","function":"audit-sink","concurrency":16}}]}`), route.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestOnePublisherPerDistinctTarget(t *testing.T) {
 func TestAMissingSecretFailsTheColdStartNamingTheRoute(t *testing.T) {
 	t.Parallel()
 	table, err := route.Parse([]byte(`{"routes":[{"name":"usage","match":{"namespace":"*","topic":"*"},
-	  "target":{"type":"http","url":"https://billing.example/usage","signing_secret_env":"UNSET_SECRET"}}]}`))
+	  "target":{"type":"http","url":"https://billing.example/usage","signing_secret_env":"UNSET_SECRET"}}]}`), route.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -313,7 +313,7 @@ func BurnDown(ctx context.Context, db *scratch.DB, opt BurnDownOptions) (BurnDow
 	if opt.Target != nil {
 		table = opt.Target.Routes
 	}
-	routes, err := route.Parse([]byte(table))
+	routes, err := route.Parse([]byte(table), route.Options{})
 	if err != nil {
 		return BurnDownResult{}, err
 	}

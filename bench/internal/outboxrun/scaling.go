@@ -276,7 +276,7 @@ INSERT INTO outbox.keys (namespace, ordering_key) VALUES ('%s', '%s') ON CONFLIC
 // claim without them (MaxRun 1) is planned without the runs behind ordered
 // heads, which is not the statement the engine runs.
 func EngineClaim(batchSize int) (lease.ClaimParams, error) {
-	routes, err := route.Parse([]byte(routesJSON))
+	routes, err := route.Parse([]byte(routesJSON), route.Options{})
 	if err != nil {
 		return lease.ClaimParams{}, err
 	}

@@ -157,7 +157,7 @@ func New(ctx context.Context, env handler.Env) (*Handler, func(), error) {
 	if err != nil {
 		problems = append(problems, err)
 	}
-	routes, err := route.FromEnv(env.Getenv, env.ReadFile)
+	routes, err := route.FromEnv(env.Getenv, env.ReadFile, route.Options{})
 	if err != nil {
 		problems = append(problems, err)
 	}
