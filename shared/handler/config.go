@@ -22,7 +22,7 @@ func LoadReaperSettings(getenv func(string) string) (ReaperConfig, int, error) {
 		},
 		SafetyMargin: 3 * time.Second,
 	}
-	ceiling := r.Int("OUTBOX_ATTEMPT_CEILING", 1, 100_000)
+	ceiling := AttemptCeiling(r)
 	if d := c.Retention.AttemptsOlderThan; d > 0 && d < time.Hour {
 		r.Fail("OUTBOX_ATTEMPTS_RETENTION", "must be 0 (keep) or at least 1h: the archive is the audit trail, got %s", d)
 	}
@@ -33,6 +33,14 @@ func LoadReaperSettings(getenv func(string) string) (ReaperConfig, int, error) {
 		r.Fail("OUTBOX_KEY_RETENTION", "must be 0 (keep) or at least 1h, got %s", d)
 	}
 	return c, ceiling, r.Err()
+}
+
+// AttemptCeiling reads OUTBOX_ATTEMPT_CEILING, the attempts after which the
+// database dead-letters a message whatever its route says. The dispatch
+// function gives the same value to the store and to the routes, whose
+// retry.max_attempts it bounds; the reaper gives it to the store.
+func AttemptCeiling(r *settings.Reader) int {
+	return r.Int("OUTBOX_ATTEMPT_CEILING", 1, 100_000)
 }
 
 // LoadReplaySettings reads the replay variables.

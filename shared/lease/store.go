@@ -22,7 +22,9 @@ type Querier interface {
 // DefaultAttemptCeiling is the hard ceiling on attempts the database applies
 // whatever a route's retry policy says: a RETRYABLE outcome at or past it
 // dead-letters the message, and so does an expired lease (a message that
-// crashes every dispatcher that takes it).
+// crashes every dispatcher that takes it). It is the one declaration of the
+// default: OUTBOX_ATTEMPT_CEILING's default and route.Options' zero refer to
+// it, and a test holds the SQL functions' DEFAULT to it.
 const DefaultAttemptCeiling = 100
 
 // Store is the dispatcher side of the outbox: every method is one call to

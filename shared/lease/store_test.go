@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -373,6 +374,39 @@ func TestAttemptCeilingDeadLettersRetryable(t *testing.T) {
 	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.dead WHERE id = $1 AND last_error_code = 'THROTTLED'`, id); n != 1 {
 		t.Fatal("message at the ceiling is not dead")
+	}
+}
+
+// The SQL functions' default ceiling, for callers that pass none, is the
+// one the store passes when it is not configured.
+func TestSQLDefaultAttemptCeilingIsTheStores(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT p.proname, pg_get_function_arguments(p.oid) FROM pg_proc p
+		JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = 'outbox' AND pg_get_function_arguments(p.oid) LIKE '%p_max_attempts%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var functions []string
+	want := fmt.Sprintf("p_max_attempts integer DEFAULT %d", lease.DefaultAttemptCeiling)
+	for rows.Next() {
+		var name, args string
+		if err := rows.Scan(&name, &args); err != nil {
+			t.Fatal(err)
+		}
+		functions = append(functions, name)
+		if !strings.Contains(args, want) {
+			t.Errorf("outbox.%s(%s): want %s", name, args, want)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(functions)
+	if !slices.Equal(functions, []string{"complete", "complete_batch", "repair_expired_leases"}) {
+		t.Errorf("functions with p_max_attempts: %v", functions)
 	}
 }
 

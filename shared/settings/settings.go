@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
 // Variable documents one environment variable.
@@ -61,7 +63,7 @@ var Variables = []Variable{
 	{"OUTBOX_TARGET_CONCURRENCY", "8", "Targets published to at once within a batch (each target also bounds its own calls).", "dispatch"},
 	{"OUTBOX_ORDERED_RUN", "100", "Messages of one ordering key a claim hands out: the key's head and those queued behind it, delivered in order (1-10000).", "dispatch"},
 	{"OUTBOX_BATCH_MAX_BYTES", "67108864", "Payload bytes one claim may load (at least 1048576): the memory budget per batch; two batches are in memory at once.", "dispatch"},
-	{"OUTBOX_ATTEMPT_CEILING", "100", "Hard ceiling on attempts the database applies whatever a route says (1-100000).", "dispatch, reaper"},
+	{"OUTBOX_ATTEMPT_CEILING", strconv.Itoa(lease.DefaultAttemptCeiling), "Hard ceiling on attempts the database applies whatever a route says (1-100000); a route's retry.max_attempts may not exceed it.", "dispatch, reaper"},
 
 	// Reaper.
 	{"OUTBOX_REAPER_BATCH_SIZE", "1000", "Expired leases repaired per round (1-100000).", "reaper"},

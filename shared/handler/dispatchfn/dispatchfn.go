@@ -108,7 +108,9 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 
 // Settings is the dispatch function's configuration from the environment.
 type Settings struct {
-	Engine         dispatch.Config
+	Engine dispatch.Config
+	// AttemptCeiling bounds the attempts of every message: the store's
+	// and every route's max_attempts.
 	AttemptCeiling int
 }
 
@@ -127,7 +129,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 			OrderedRun:        r.Int("OUTBOX_ORDERED_RUN", 1, dispatch.MaxBatchSize),
 			BatchBytes:        int64(r.Int("OUTBOX_BATCH_MAX_BYTES", 1<<20, 1<<40)),
 		},
-		AttemptCeiling: r.Int("OUTBOX_ATTEMPT_CEILING", 1, 100_000),
+		AttemptCeiling: handler.AttemptCeiling(r),
 	}
 	for _, ns := range s.Engine.Namespaces {
 		if !outbox.NamePattern.MatchString(ns) {
@@ -157,7 +159,8 @@ func New(ctx context.Context, env handler.Env) (*Handler, func(), error) {
 	if err != nil {
 		problems = append(problems, err)
 	}
-	routes, err := route.FromEnv(env.Getenv, env.ReadFile, route.Options{})
+	// The routes are checked against the ceiling the store will apply.
+	routes, err := route.FromEnv(env.Getenv, env.ReadFile, route.Options{AttemptCeiling: s.AttemptCeiling})
 	if err != nil {
 		problems = append(problems, err)
 	}

@@ -1,0 +1,59 @@
+package dispatchfn_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
+	"github.com/outboxkit/dispatcher/shared/pgtest"
+)
+
+// OUTBOX_ATTEMPT_CEILING bounds the routes' max_attempts at the cold start,
+// both ways: below the ceiling the store would dead-letter a message before
+// its route's last attempt, and above the default a route may now ask for
+// more attempts.
+func TestTheAttemptCeilingBoundsTheRoutes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	for _, tc := range []struct {
+		ceiling     string // "" leaves the variable unset
+		maxAttempts int
+		refusal     string // "" when the cold start succeeds
+	}{
+		{"50", 80, "routes[0].retry.max_attempts: must be at most 50 (the database's attempt ceiling), got 80"},
+		{"50", 50, ""},
+		{"1000", 500, ""},
+		{"1000", 1001, "routes[0].retry.max_attempts: must be at most 1000 (the database's attempt ceiling), got 1001"},
+		{"", 100, ""},
+		{"", 101, "routes[0].retry.max_attempts: must be at most 100 (the database's attempt ceiling), got 101"},
+	} {
+		t.Run(fmt.Sprintf("ceiling %q max_attempts %d", tc.ceiling, tc.maxAttempts), func(t *testing.T) {
+			t.Parallel()
+			vars := map[string]string{
+				"OUTBOX_DATABASE_URL":    db.URL,
+				"OUTBOX_TRACING":         "off",
+				"OUTBOX_ATTEMPT_CEILING": tc.ceiling,
+				"OUTBOX_ROUTES": fmt.Sprintf(`{"routes": [{"match": {"namespace": "*", "topic": "*"},
+					"target": {"type": "eventbridge", "event_bus": "default"}, "retry": {"max_attempts": %d}}]}`, tc.maxAttempts),
+			}
+			h, closeFn, err := dispatchfn.New(context.Background(), handler.Env{
+				Getenv: func(k string) string { return vars[k] }, Stdout: io.Discard,
+			})
+			if err == nil {
+				closeFn()
+			}
+			switch {
+			case tc.refusal == "" && err != nil:
+				t.Fatalf("cold start refused: %v", err)
+			case tc.refusal == "" && h.Engine == nil:
+				t.Fatal("no engine")
+			case tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), "\n"+tc.refusal)):
+				t.Fatalf("cold start error = %v\nwant one with the line %s", err, tc.refusal)
+			}
+		})
+	}
+}
