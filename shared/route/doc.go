@@ -29,7 +29,8 @@
 //
 // In YAML, quote "*": a bare * starts an alias. Quote names that YAML would
 // read as something else: yes, no, on, off, true, false, null and numbers
-// ("2024"). An explicit null is the same as an absent field.
+// ("2024"). An explicit null, an empty string or false is the same as an
+// absent field (but in a payload schema or a header value).
 //
 // # Matching
 //

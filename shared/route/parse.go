@@ -108,11 +108,16 @@ func Parse(data []byte, opts Options) (*Table, error) {
 		ps.reject("", "%s", err)
 		return nil, ps.err()
 	}
-	dropNulls(doc, 0)
+	dropAbsent(doc, 0, false)
 	checkSchema(doc, fromYAML, ps)
 
+	// Decoded as validated: without the members that stand for absent ones.
 	var cfg fileConfig
-	if err := json.Unmarshal(jsonData, &cfg); err != nil && len(ps.list) == 0 {
+	cleaned, err := json.Marshal(doc)
+	if err == nil {
+		err = json.Unmarshal(cleaned, &cfg)
+	}
+	if err != nil && len(ps.list) == 0 {
 		// The schema rejects whatever encoding/json would; this is a
 		// backstop should the two ever disagree.
 		ps.reject("", "%v", err)
@@ -239,32 +244,34 @@ func checkKeys(data []byte, ps *problems) error {
 	return walk("", 0)
 }
 
-// dropNulls removes the members whose value is null: the configuration
-// treats an explicit null as an absent field, JSON Schema as a value. A
-// route's payload schema is left alone, where null is a value ("const":
-// null). depth is 0 for the configuration itself.
-func dropNulls(v any, depth int) {
+// dropAbsent removes the members that stand for an absent field: null, and
+// "" or false, which the configuration has always read as unset (templates
+// write them). JSON Schema would judge them as values. A route's payload
+// schema is left alone, where they are values ("const": null), and so is a
+// header's empty value. depth is 0 for the configuration itself.
+func dropAbsent(v any, depth int, headers bool) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
+			payloadSchema := depth == 2 && k == "schema"
 			switch {
-			case x == nil:
+			case x == nil, !headers && !payloadSchema && (x == "" || x == false):
 				delete(v, k)
-			case depth != 2 || k != "schema":
-				dropNulls(x, depth+1)
+			case !payloadSchema:
+				dropAbsent(x, depth+1, depth == 3 && k == "headers")
 			}
 		}
 	case []any:
 		for _, x := range v {
-			dropNulls(x, depth+1)
+			dropAbsent(x, depth+1, false)
 		}
 	}
 }
 
 // The decoding structs: the configuration's shape, which the schema has
 // checked by the time their values are used. A zero value is an absent
-// field (null is absent too); the schema refuses every zero a field may not
-// have ("", 0), so that it can stand for the default. Integers are float64
+// field (see dropAbsent; the schema refuses a 0), so that it can stand for
+// the default. Integers are float64
 // because JSON Schema's integer includes 1e3 and 2.0, which encoding/json
 // refuses for an int.
 type fileConfig struct {

@@ -416,6 +416,32 @@ func TestParseAcceptsValidTargets(t *testing.T) {
 	}
 }
 
+// An empty string or false is an absent field, as null is: configurations
+// written from templates set them, and they have always been accepted.
+func TestParseReadsEmptyValuesAsAbsent(t *testing.T) {
+	t.Parallel()
+	table, err := Parse([]byte(config(
+		`{"name": "", "match": {"namespace": "a", "topic": "*"}, "target": {"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:orders", "message_group_id": "", "url": "", "allow_insecure_http": false}}`,
+		`{"match": {"namespace": "b", "topic": "*"}, "target": {"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "signing_secret_arn": "", "headers": {"X-Empty": ""}}}`,
+		`{"match": {"namespace": "c", "topic": "*"}, "target": {"type": "eventbridge", "event_bus": "default", "source": "", "detail_type": "", "function": ""}}`,
+		`{"match": {"namespace": "d", "topic": "*"}, "target": {"type": "lambda", "function": "f"}, "retry": false, "on_dead": ""}`,
+	)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := table.Routes[0]; r.Name != "routes[0]" || r.Target.MessageGroupID != "" {
+		t.Errorf("routes[0] = %s, %+v", r.Name, r.Target)
+	}
+	if v, ok := table.Routes[1].Target.Headers["X-Empty"]; !ok || v != "" {
+		t.Errorf("the empty header is lost: %v", table.Routes[1].Target.Headers)
+	}
+	if eb := table.Routes[2].Target; eb.Source != DefaultSource || eb.DetailType != DefaultDetailType {
+		t.Errorf("eventbridge templates %q, %q; want the defaults", eb.Source, eb.DetailType)
+	}
+	checkProblems(t, config(`{"match": {"namespace": "", "topic": "*"}, "target": {"type": ""}}`),
+		want{"routes[0].match.namespace", "is required"}, want{"routes[0].target.type", "is required"})
+}
+
 func TestParseAppliesDefaults(t *testing.T) {
 	t.Parallel()
 	table, err := Parse([]byte(config(
