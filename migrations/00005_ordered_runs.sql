@@ -1034,17 +1034,29 @@ AS $$
 -- Claims up to p_batch_size messages: due heads and unordered messages in
 -- (next_attempt_at, id) order, each ordered head followed by up to
 -- p_max_run - 1 of the messages queued behind it (its run, in sequence
--- order, stopping at the first that is not due), all under one lease token.
--- The claim stops before its payloads would exceed p_max_bytes (it always
--- takes at least one message). A message whose payload is larger than
--- p_max_payload_bytes (the most any route may send) is claimed without its
--- payload (NULL) and does not count against p_max_bytes: the dispatcher
--- dead-letters it without loading it.
+-- order, stopping at the first that is not due, leased or lockable), all
+-- under one lease token. The claim stops before its payloads would exceed
+-- p_max_bytes (it always takes at least one message). A message whose
+-- payload is larger than p_max_payload_bytes (the most any route may send)
+-- is claimed without its payload (NULL) and does not count against
+-- p_max_bytes: the dispatcher dead-letters it without loading it.
+--
+-- Cost. The heads are locked as an unordered claim locks its rows (up to
+-- p_batch_size of them); the runs are read and locked only as far as the
+-- batch takes them: 40 keys of 25 fill a batch of 1000 whatever number of
+-- heads are due. A head locked but not taken is left as it was (a
+-- concurrent claim skips it until this one commits).
 #variable_conflict use_column
 DECLARE
-    v_now   timestamptz := clock_timestamp();
-    v_token uuid := gen_random_uuid();
-    v_ids   uuid[];
+    v_now     timestamptz := clock_timestamp();
+    v_token   uuid := gen_random_uuid();
+    v_ids     uuid[];
+    v_ordered boolean;
+    v_heads   uuid[];
+    v_ns      text[];
+    v_keys    text[];
+    v_seqs    bigint[];
+    v_bytes   int[];
 BEGIN
     IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
         RAISE EXCEPTION 'outbox.claim_batch: p_batch_size must be between 1 and 10000, got %', p_batch_size
@@ -1072,8 +1084,9 @@ BEGIN
         PERFORM outbox.settle_unsettled(100);
     END IF;
 
-    -- Which rows: one statement, whose row locks hold until commit.
-    v_ids := ARRAY(
+    -- 1. The heads, locked until commit. Without an ordered head among
+    --    them (or with runs of one) they are the claim, up to the byte
+    --    budget; the arrays describe them, aligned, for step 2.
     WITH heads AS (
         SELECT p.id, p.namespace, p.ordering_key, p.sequence_id, p.payload_bytes, p.next_attempt_at
         FROM outbox.pending p
@@ -1085,49 +1098,79 @@ BEGIN
         LIMIT p_batch_size
         FOR UPDATE OF p SKIP LOCKED
     ),
-    -- The messages behind each ordered head, in sequence order; a run takes
-    -- them up to the first one that is not due, leased or lockable (an
-    -- operator discarding it), so a run never skips one.
-    followers AS (
-        SELECT s.head_id, s.id, s.sequence_id, s.payload_bytes,
-               bool_and(s.takeable) OVER (PARTITION BY s.head_id ORDER BY s.sequence_id) AS takeable
-        FROM (
-            SELECT h.id AS head_id, f.id, f.sequence_id, f.payload_bytes,
-                   f.lease_token IS NULL AND f.next_attempt_at <= v_now AND l.id IS NOT NULL AS takeable
-            FROM heads h
-            CROSS JOIN LATERAL (
-                SELECT q.id, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at
-                FROM outbox.pending q
-                WHERE q.namespace = h.namespace AND q.ordering_key = h.ordering_key
-                  AND q.sequence_id > h.sequence_id
-                ORDER BY q.sequence_id
-                LIMIT p_max_run - 1) f
-            LEFT JOIN LATERAL (
-                SELECT x.id FROM outbox.pending x WHERE x.id = f.id FOR UPDATE SKIP LOCKED) l ON true
-            WHERE h.ordering_key IS NOT NULL AND p_max_run > 1
-        ) s
-    ),
-    candidates AS (
-        SELECT h.id, h.next_attempt_at AS head_at, h.id AS head_id, 0::bigint AS pos, h.payload_bytes
-        FROM heads h
-        UNION ALL
-        SELECT f.id, h.next_attempt_at, f.head_id, f.sequence_id, f.payload_bytes
-        FROM followers f
-        JOIN heads h ON h.id = f.head_id
-        WHERE f.takeable
-    ),
     ranked AS (
-        SELECT c.id,
+        SELECT h.id, h.namespace, h.ordering_key, h.sequence_id, h.payload_bytes,
                row_number() OVER w AS n,
-               sum(CASE WHEN c.payload_bytes > p_max_payload_bytes THEN 0 ELSE c.payload_bytes END) OVER w AS bytes
-        FROM candidates c
-        WINDOW w AS (ORDER BY c.head_at, c.head_id, c.pos)
-    ),
-    chosen AS (
-        SELECT r.id FROM ranked r
-        WHERE r.n <= p_batch_size AND (r.n = 1 OR p_max_bytes IS NULL OR r.bytes <= p_max_bytes)
+               sum(CASE WHEN h.payload_bytes > p_max_payload_bytes THEN 0 ELSE h.payload_bytes END) OVER w AS bytes
+        FROM heads h
+        WINDOW w AS (ORDER BY h.next_attempt_at, h.id)
     )
-    SELECT c.id FROM chosen c);
+    SELECT array_agg(r.id) FILTER (WHERE r.n = 1 OR p_max_bytes IS NULL OR r.bytes <= p_max_bytes),
+           coalesce(bool_or(r.ordering_key IS NOT NULL), false) AND p_max_run > 1,
+           array_agg(r.id), array_agg(r.namespace), array_agg(r.ordering_key),
+           array_agg(r.sequence_id), array_agg(r.payload_bytes)
+      INTO v_ids, v_ordered, v_heads, v_ns, v_keys, v_seqs, v_bytes
+      FROM ranked r;
+
+    -- 2. The runs. The heads in order, each followed by its run, under a
+    --    LIMIT of the batch: the nested loop expands a head only when the
+    --    rows before it did not fill the batch, so the keys behind the
+    --    batch's last run cost nothing, and a follower is locked only when
+    --    its run is expanded. A run reads its followers in sequence order
+    --    and stops at the first that is not due or leased: the window's
+    --    run condition ends the scan there. One that another transaction
+    --    holds (an operator discarding it) ends the run too, though the
+    --    scan goes on past it. A head with nothing behind it costs one
+    --    probe of pending_key_sequence.
+    IF v_ordered THEN
+        v_ids := ARRAY(
+        WITH expanded AS MATERIALIZED (
+            SELECT h.i, r.k, r.id, r.payload_bytes
+            FROM unnest(v_heads, v_ns, v_keys, v_seqs, v_bytes)
+                 WITH ORDINALITY AS h(id, namespace, ordering_key, sequence_id, payload_bytes, i)
+            CROSS JOIN LATERAL (
+                SELECT h.id, 0::bigint AS k, h.payload_bytes
+                UNION ALL
+                SELECT f.id, f.k, f.payload_bytes
+                FROM (
+                    SELECT q.id, q.payload_bytes,
+                           row_number() OVER w AS k,
+                           count(*) FILTER (WHERE q.lease_token IS NOT NULL OR q.next_attempt_at > v_now) OVER w AS misses
+                    FROM (SELECT q.id, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at
+                          FROM outbox.pending q
+                          WHERE q.namespace = h.namespace AND q.ordering_key = h.ordering_key
+                            AND q.sequence_id > h.sequence_id
+                          ORDER BY q.sequence_id
+                          LIMIT p_max_run - 1) q
+                    WINDOW w AS (ORDER BY q.sequence_id ROWS UNBOUNDED PRECEDING)
+                ) f
+                -- Locked once it is known to be taken (a window reads a row
+                -- ahead); one that cannot be locked leaves a gap in k.
+                CROSS JOIN LATERAL (
+                    SELECT x.id FROM outbox.pending x WHERE x.id = f.id FOR UPDATE SKIP LOCKED) l
+                WHERE f.misses = 0
+            ) r
+            LIMIT p_batch_size
+        ),
+        -- Each run is taken only as far as it is unbroken from the head
+        -- (k = 0, 1, 2, ...): up to a follower that could not be locked,
+        -- and up to where the LIMIT cut, whatever order the rows came in.
+        -- A key's share of the claim is always a prefix of its run.
+        unbroken AS (
+            SELECT e.i, e.k, e.id, e.payload_bytes,
+                   e.k = row_number() OVER (PARTITION BY e.i ORDER BY e.k) - 1 AS prefix
+            FROM expanded e
+        ),
+        ranked AS (
+            SELECT u.id, row_number() OVER w AS n,
+                   sum(CASE WHEN u.payload_bytes > p_max_payload_bytes THEN 0 ELSE u.payload_bytes END) OVER w AS bytes
+            FROM unbroken u
+            WHERE u.prefix
+            WINDOW w AS (ORDER BY u.i, u.k)
+        )
+        SELECT r.id FROM ranked r
+        WHERE r.n <= p_batch_size AND (r.n = 1 OR p_max_bytes IS NULL OR r.bytes <= p_max_bytes));
+    END IF;
 
     -- The lease, by primary key: joining the chosen rows instead lets the
     -- planner hash them against a sequential scan of the whole queue.

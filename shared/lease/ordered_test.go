@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -219,6 +220,159 @@ func TestStuckKeyCostsTheClaimNothing(t *testing.T) {
 		t.Fatalf("the claim read %d tuples of outbox.pending for 100 messages: it waded through the stuck key's backlog", delta)
 	}
 	t.Logf("one claim of 100 read %d tuples of outbox.pending beside a stuck key with 200,000 queued", delta)
+}
+
+// lockedByClaim counts the rows of outbox.pending that the transaction
+// tx has row-locked without leasing them (a lock's xmax is the locker's
+// transaction id; a leased row was updated instead): what a claim read and
+// held for nothing.
+func lockedByClaim(t *testing.T, tx pgx.Tx) (heads, followers int) {
+	t.Helper()
+	if err := tx.QueryRow(context.Background(), `
+		SELECT count(*) FILTER (WHERE NOT behind), count(*) FILTER (WHERE behind)
+		FROM outbox.pending WHERE lease_token IS NULL AND xmax = pg_current_xact_id()::xid`).Scan(&heads, &followers); err != nil {
+		t.Fatal(err)
+	}
+	return heads, followers
+}
+
+// A claim of many ordered keys reads and locks about what it takes: the
+// runs that fill the batch, not a run behind every head it looked at.
+// Measured as rows the claim fetched through outbox.pending's indexes and
+// rows it locked, not as time.
+func TestClaimOfManyKeysReadsOnlyTheRunsItTakes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	// 200 keys of 30 messages, each key's messages spread over the queue
+	// as many producers write them: message i on key i mod 200.
+	const keys, perKey, batch = 200, 30, 100
+	enqueue(t, db.Pool, keys*perKey, func(i int) outbox.Message {
+		return ordered("payments", fmt.Sprintf("acct-%d", i%keys))(i)
+	})
+	// Statistics, as a served database has them, so that the claim's
+	// plans are the ones it runs in production.
+	if _, err := db.Pool.Exec(ctx, `ANALYZE outbox.pending`); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	fetched := func() int64 {
+		t.Helper()
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables
+			WHERE relid = 'outbox.pending'::regclass`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := fetched()
+	got, err := lease.NewStore(tx).ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: batch, MaxRun: perKey, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := fetched() - before
+	heads, followers := lockedByClaim(t, tx)
+
+	// The first three keys' whole runs and the first 10 of the fourth's,
+	// in the order of their heads.
+	groups := byKey(got)
+	if len(got) != batch || len(groups) != 4 {
+		t.Fatalf("claimed %d messages of %d keys, want 3 runs of %d and 10 of a fourth", len(got), len(groups), perKey)
+	}
+	for k, want := range []int{perKey, perKey, perKey, 10} {
+		key := fmt.Sprintf("acct-%d", k)
+		if seq := sequences(groups[key]); len(seq) != want || seq[0] != 1 || seq[want-1] != int64(want) {
+			t.Fatalf("%s: run %v, want sequences 1-%d", key, seq, want)
+		}
+	}
+	// Each head of the batch read once, each follower taken read and
+	// locked once, and the lease written by primary key: at most 4 rows
+	// per message. Expanding a run behind every head would be ~60.
+	if read > 5*batch {
+		t.Errorf("the claim fetched %d rows of outbox.pending for %d messages: it read runs it did not take", read, batch)
+	}
+	if followers != 0 {
+		t.Errorf("the claim locked %d followers it did not take", followers)
+	}
+	if heads > batch {
+		t.Errorf("the claim locked %d heads it did not take, more than a batch", heads)
+	}
+	t.Logf("a claim of %d fetched %d rows of outbox.pending and locked %d heads it did not take", batch, read, heads)
+}
+
+// A run stops before a message the claim cannot lock (an operator's
+// discard holds it): nothing behind it overtakes it.
+func TestRunStopsAtAMessageItCannotLock(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	msgs := enqueue(t, db.Pool, 8, ordered("payments", "acct-7"))
+
+	holder, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM outbox.pending WHERE id = $1 FOR UPDATE`, msgs[3].ID); err != nil {
+		t.Fatal(err)
+	}
+
+	if seq := sequences(claimRun(t, lease.NewStore(db.Pool), "w", 100, 10)); !slices.Equal(seq, []int64{1, 2, 3}) {
+		t.Fatalf("run %v, want 1-3 (4 is locked)", seq)
+	}
+}
+
+// An ordered claim keeps to its byte budget as an unordered one does: a
+// prefix of each run up to the budget, an oversize payload claimed without
+// it and not counted.
+func TestOrderedRunsKeepToTheByteBudget(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	if _, err := db.Pool.Exec(ctx, `UPDATE outbox.limits SET max_payload_bytes = 1048576`); err != nil {
+		t.Fatal(err)
+	}
+	kib := func(n int, fill string) json.RawMessage {
+		return json.RawMessage(`{"blob":"` + strings.Repeat(fill, n<<10-12) + `"}`)
+	}
+	// Two keys of 6 messages of 100 KiB, interleaved; acct-1's third is
+	// 500 KiB, more than any route may send.
+	var msgs []outbox.Message
+	for i := range 12 {
+		m := outbox.Message{Namespace: "billing", Topic: "usage", OrderingKey: fmt.Sprintf("acct-%d", i%2+1), Payload: kib(100, "y")}
+		if i == 4 {
+			m.Payload = kib(500, "z")
+		}
+		msgs = append(msgs, m)
+	}
+	if _, err := (outbox.Producer{Limits: outbox.Limits{MaxPayloadBytes: 1 << 20}}).EnqueueBatch(ctx, db.Pool, msgs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 100, MaxRun: 10, Lease: time.Minute,
+		MaxPayloadBytes: 200 << 10, MaxBytes: 850 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := byKey(got)
+	// acct-1's run whole (5 × 100 KiB, its 500 KiB without payload), then
+	// 3 of acct-2's within the 850 KiB left: 8 × 100 KiB.
+	if seq := sequences(groups["acct-1"]); !slices.Equal(seq, []int64{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("acct-1: run %v, want 1-6", seq)
+	}
+	if seq := sequences(groups["acct-2"]); !slices.Equal(seq, []int64{1, 2, 3}) {
+		t.Fatalf("acct-2: run %v, want 1-3 (the budget is spent)", seq)
+	}
+	for _, m := range got {
+		if m.PayloadOmitted() != (m.OrderingKey == "acct-1" && m.SequenceID == 3) {
+			t.Errorf("%s %d: payload omitted %t", m.OrderingKey, m.SequenceID, m.PayloadOmitted())
+		}
+	}
 }
 
 // A key's dead message replayed while a later message of the key is in
