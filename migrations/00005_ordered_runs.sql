@@ -240,6 +240,8 @@ CREATE FUNCTION outbox.lock_keys(p_namespaces text[], p_keys text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- The keys given, by primary key: see outbox.claim_batch.
+SET jit = off
 AS $$
 BEGIN
     IF coalesce(cardinality(p_keys), 0) = 0 THEN
@@ -388,6 +390,8 @@ CREATE FUNCTION outbox.settle_unsettled(p_limit int)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- At most p_limit debts, by index: see outbox.claim_batch.
+SET jit = off
 AS $$
 DECLARE
     v_ns text[];
@@ -801,6 +805,8 @@ RETURNS TABLE(id uuid, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_custom_plan
+-- Its statements touch the batch's rows by primary key: see claim_batch.
+SET jit = off
 AS $$
 -- p_results: [{"id", "lease_token", "outcome", "error_code", "error_message",
 -- "target", "target_ref", "latency_ms", "retry_at", "on_dead"}, ...]
@@ -1030,6 +1036,12 @@ SET search_path = pg_catalog, pg_temp
 -- A generic plan cannot see the LIMIT and falls back to a sequential scan
 -- and sort; a custom plan walks pending_claimable in order and stops.
 SET plan_cache_mode = force_custom_plan
+-- Every statement here reads at most p_batch_size heads and their runs by
+-- index, which a JIT compilation (tens of milliseconds, not cached between
+-- calls) never repays. The planner cannot know that: it estimates the runs
+-- behind the heads from the table's statistics, and one long key (a stuck
+-- head with its backlog) lifts the estimate past jit_above_cost.
+SET jit = off
 AS $$
 -- Claims up to p_batch_size messages: due heads and unordered messages in
 -- (next_attempt_at, id) order, each ordered head followed by up to
@@ -1198,6 +1210,9 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_custom_plan
+-- At most p_batch_size expired leases and their runs, by index: see
+-- claim_batch.
+SET jit = off
 AS $$
 -- Leased rows whose lease expired (by the clock now, not the transaction's
 -- start): the lease is cleared, the row is due now (a head stays its key's
@@ -1426,6 +1441,8 @@ RETURNS TABLE(message_id uuid, discarded_from text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_custom_plan
+-- The named messages, by primary key: see claim_batch.
+SET jit = off
 AS $$
 -- An operator gives up on messages for good: dead letters, and pending
 -- messages no dispatcher holds (unleased, or their lease expired). Each gets

@@ -222,6 +222,85 @@ func TestStuckKeyCostsTheClaimNothing(t *testing.T) {
 	t.Logf("one claim of 100 read %d tuples of outbox.pending beside a stuck key with 200,000 queued", delta)
 }
 
+// The dispatcher's calls never JIT-compile their statements: each touches
+// a bounded number of rows by index, and a compilation (tens of
+// milliseconds, not cached between calls) would cost more than the call.
+// The planner cannot know that, and a long key behind a stuck head lifts
+// its estimates past jit_above_cost (a claim of 100 took 2.7 times as long
+// beside 200,000 such messages). Shown with every plan costly enough to
+// compile (jit_above_cost = 0), as auto_explain reports the plans of the
+// statements inside the functions.
+func TestDispatcherCallsNeverJITCompile(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var jitAvailable bool
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&jitAvailable); err != nil {
+		t.Fatal(err)
+	}
+	if !jitAvailable {
+		t.Skip("this server has no JIT provider: nothing would be compiled either way")
+	}
+	enqueue(t, db.Pool, 20, ordered("payments", "acct-1"))
+	enqueue(t, db.Pool, 20, plain)
+
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plans []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { plans = append(plans, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, set := range []string{
+		`LOAD 'auto_explain'`,
+		`SET jit = on`,
+		`SET jit_above_cost = 0`,
+		`SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`,
+		`SET auto_explain.log_level = notice`,
+	} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			t.Fatalf("%s: %v", set, err)
+		}
+	}
+	// Reports the statements inside the call that were compiled (the
+	// call's own statement is planned in this session, where it may be).
+	compiled := func(call string) {
+		t.Helper()
+		for _, plan := range plans {
+			if strings.Contains(plan, "\nJIT:") && !strings.Contains(plan, call+"(") {
+				text, _, _ := strings.Cut(plan[strings.Index(plan, "Query Text:"):], "\n")
+				t.Errorf("%s JIT-compiled a statement of its own: %s", call, text)
+			}
+		}
+		plans = nil
+	}
+
+	store := lease.NewStore(conn)
+	msgs, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 30, MaxRun: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled("outbox.claim_batch")
+	if _, err := store.CompleteBatch(ctx, "w", dispatched(msgs[:20])); err != nil {
+		t.Fatal(err)
+	}
+	compiled("outbox.complete_batch")
+	var leased []uuid.UUID
+	for _, m := range msgs[20:] {
+		leased = append(leased, m.ID)
+	}
+	expireLeases(t, db.Pool, leased...)
+	if n, err := store.RepairExpiredLeases(ctx, "reaper", 100); err != nil || n != len(leased) {
+		t.Fatalf("repaired %d of %d expired leases: %v", n, len(leased), err)
+	}
+	compiled("outbox.repair_expired_leases")
+}
+
 // lockedByClaim counts the rows of outbox.pending that the transaction
 // tx has row-locked without leasing them (a lock's xmax is the locker's
 // transaction id; a leased row was updated instead): what a claim read and
