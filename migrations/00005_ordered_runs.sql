@@ -1098,7 +1098,7 @@ BEGIN
 
     -- 1. The heads, locked until commit. Without an ordered head among
     --    them (or with runs of one) they are the claim, up to the byte
-    --    budget; the arrays describe them, aligned, for step 2.
+    --    budget; the arrays describe them, aligned, for the steps below.
     WITH heads AS (
         SELECT p.id, p.namespace, p.ordering_key, p.sequence_id, p.payload_bytes, p.next_attempt_at
         FROM outbox.pending p
@@ -1124,7 +1124,20 @@ BEGIN
       INTO v_ids, v_ordered, v_heads, v_ns, v_keys, v_seqs, v_bytes
       FROM ranked r;
 
-    -- 2. The runs. The heads in order, each followed by its run, under a
+    -- 2. Per-entity keys, one message each, have nothing behind their
+    --    heads: then the heads are the claim all the same. One probe of
+    --    pending_key_sequence per ordered head (an index-only scan) finds
+    --    out, and the first head with a message behind it ends the search.
+    IF v_ordered THEN
+        v_ordered := EXISTS (
+            SELECT 1 FROM unnest(v_ns, v_keys, v_seqs) AS h(namespace, ordering_key, sequence_id)
+            WHERE h.ordering_key IS NOT NULL
+              AND EXISTS (SELECT 1 FROM outbox.pending q
+                          WHERE q.namespace = h.namespace AND q.ordering_key = h.ordering_key
+                            AND q.sequence_id > h.sequence_id));
+    END IF;
+
+    -- 3. The runs. The heads in order, each followed by its run, under a
     --    LIMIT of the batch: the nested loop expands a head only when the
     --    rows before it did not fill the batch, so the keys behind the
     --    batch's last run cost nothing, and a follower is locked only when
@@ -1132,8 +1145,7 @@ BEGIN
     --    and stops at the first that is not due or leased: the window's
     --    run condition ends the scan there. One that another transaction
     --    holds (an operator discarding it) ends the run too, though the
-    --    scan goes on past it. A head with nothing behind it costs one
-    --    probe of pending_key_sequence.
+    --    scan goes on past it.
     IF v_ordered THEN
         v_ids := ARRAY(
         WITH expanded AS MATERIALIZED (

@@ -384,6 +384,37 @@ func TestClaimOfManyKeysReadsOnlyTheRunsItTakes(t *testing.T) {
 	t.Logf("a claim of %d fetched %d rows of outbox.pending and locked %d heads it did not take", batch, read, heads)
 }
 
+// Keys of one message each (per-entity keys) are claimed as their heads,
+// within the byte budget, like unordered messages.
+func TestKeysOfOneMessageAreClaimedAsTheirHeads(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 30, func(i int) outbox.Message {
+		return outbox.Message{Namespace: "orders", Topic: "placed", OrderingKey: fmt.Sprintf("order-%d", i), Payload: json.RawMessage(`{"n":1}`)}
+	})
+	got := claimRun(t, store, "w", 20, 10)
+	if len(got) != 20 {
+		t.Fatalf("claimed %d, want 20 heads", len(got))
+	}
+	if keys := byKey(got); len(keys) != 20 || keys[""] != nil {
+		t.Fatalf("claimed %d keys' messages, want 20 keys' heads", len(keys))
+	}
+	for _, m := range got {
+		if m.SequenceID != 1 {
+			t.Fatalf("claimed sequence %d of %s, its only message is 1", m.SequenceID, m.OrderingKey)
+		}
+	}
+	budget, err := store.ClaimBatch(context.Background(), lease.ClaimParams{WorkerID: "w", BatchSize: 20, MaxRun: 10,
+		Lease: time.Minute, MaxBytes: int64(3*got[0].PayloadBytes + 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(budget) != 3 {
+		t.Fatalf("claimed %d within a budget of three payloads", len(budget))
+	}
+}
+
 // A run stops before a message the claim cannot lock (an operator's
 // discard holds it): nothing behind it overtakes it.
 func TestRunStopsAtAMessageItCannotLock(t *testing.T) {
