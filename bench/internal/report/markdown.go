@@ -235,7 +235,7 @@ func Markdown(r *suite.Results, plotFile string) string {
 		p("Every claim is `ClaimBatch` with the parameters the dispatch engine passes by default — `MaxRun` %d, `MaxBytes` %d MiB, `MaxPayloadBytes` the route's %s bytes — so that `claim_batch` plans the statement the engine runs (with `MaxRun` 1 the runs behind ordered heads are planned away). ", c.MaxRun, c.MaxBytes>>20, thousands(float64(c.MaxPayloadBytes)))
 	}
 	if cfg.StuckDepth.Stuck > 0 {
-		p("The stuck key's database is loaded the same way, its backlog first: one ordering key of %s + 1 messages in `outbox.pending` as `enqueue_batch` and the settling at commit leave them — sequence 1 the key's head (`behind = false`), due a year from now, as a head whose retry a `Retry-After` or a long backoff put far ahead; every later message due now but `behind = true` — with the key's rows in `outbox.sequences` and `outbox.keys`, then the unordered messages the claims take. The row marked `jit = off` claims from the same database on a second connection whose session has `jit = off`, taking its cycles in turn with the first on the one queue: a diagnostic of what the claim costs without JIT compilation, not the product's configuration. ", thousands(float64(cfg.StuckDepth.Stuck)))
+		p("The stuck key's database is loaded the same way, its backlog first: one ordering key of %s + 1 messages in `outbox.pending` as `enqueue_batch` and the settling at commit leave them — sequence 1 the key's head (`behind = false`), due a year from now, as a head whose retry a `Retry-After` or a long backoff put far ahead; every later message due now but `behind = true` — with the key's rows in `outbox.sequences` and `outbox.keys`, then the unordered messages the claims take. The row marked `jit = off` claims from the same database on a second connection whose session has `jit = off`, taking its cycles in turn with the first on the one queue: a check that the claim costs the same without JIT compilation however the server is configured (`claim_batch` sets `jit = off` for its own statements). ", thousands(float64(cfg.StuckDepth.Stuck)))
 	}
 	p("Then each cycle claims a batch of %d (timed), completes it as dispatched (timed) and enqueues %d fresh messages at the tail with `EnqueueBatch`, so the depth stays put and the head of the queue carries the churn it carries in production. The depths take their cycles in turn, so that other work on the machine weighs on all of them alike; %d warm-up cycles per depth are not counted.\n\n", cfg.ComparisonBatch, cfg.ComparisonBatch, cfg.ScalingWarmup)
 	writeScalingReading(&b, r)
@@ -451,7 +451,7 @@ func writeScalingReading(b *strings.Builder, r *suite.Results) {
 		}
 		p(". The backlog is not in `pending_claimable` (`behind`) and its head sits at the index's far end (due in a year), so the claim's index scan reads neither")
 		if float64(stuck.Claim.P50) > 1.2*float64(base.Claim.P50) {
-			p("; what the claim pays for is the plan the backlog's statistics bring on — a JIT compilation on every claim: see [the goal's explanation](#goals-not-met-why-and-what-would-meet-them)")
+			p("; see [the goal's explanation](#goals-not-met-why-and-what-would-meet-them)")
 		}
 		p(". ")
 	}
