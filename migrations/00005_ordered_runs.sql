@@ -1157,10 +1157,10 @@ BEGIN
                 UNION ALL
                 SELECT f.id, f.k, f.payload_bytes
                 FROM (
-                    SELECT q.id, q.payload_bytes,
+                    SELECT q.id, q.ctid, q.payload_bytes,
                            row_number() OVER w AS k,
                            count(*) FILTER (WHERE q.lease_token IS NOT NULL OR q.next_attempt_at > v_now) OVER w AS misses
-                    FROM (SELECT q.id, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at
+                    FROM (SELECT q.id, q.ctid, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at
                           FROM outbox.pending q
                           WHERE q.namespace = h.namespace AND q.ordering_key = h.ordering_key
                             AND q.sequence_id > h.sequence_id
@@ -1170,8 +1170,12 @@ BEGIN
                 ) f
                 -- Locked once it is known to be taken (a window reads a row
                 -- ahead); one that cannot be locked leaves a gap in k.
+                -- Found by the ctid just read rather than through
+                -- pending_pkey: the same row without an index descent.
                 CROSS JOIN LATERAL (
-                    SELECT x.id FROM outbox.pending x WHERE x.id = f.id FOR UPDATE SKIP LOCKED) l
+                    SELECT x.id FROM outbox.pending x
+                    WHERE x.ctid = f.ctid AND x.id = f.id
+                    FOR UPDATE SKIP LOCKED) l
                 WHERE f.misses = 0
             ) r
             LIMIT p_batch_size
