@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,6 +57,12 @@ func (s *Server) create(ctx context.Context, label, template string) (*DB, error
 	}
 	if err := s.exec(ctx, stmt); err != nil {
 		return nil, fmt.Errorf("scratch: %s: %w", stmt, err)
+	}
+	// The creating process, so that Sweep leaves the databases of a run
+	// still going in another checkout alone.
+	comment := fmt.Sprintf("COMMENT ON DATABASE %s IS 'outbox bench pid %d'", pgx.Identifier{name}.Sanitize(), os.Getpid())
+	if err := s.exec(ctx, comment); err != nil {
+		return nil, fmt.Errorf("scratch: %s: %w", comment, err)
 	}
 	u, err := url.Parse(s.AdminURL)
 	if err != nil {
@@ -119,20 +127,38 @@ func (db *DB) Exec(ctx context.Context, stmts ...string) error {
 	return nil
 }
 
-// Sweep drops the databases an interrupted earlier run left behind.
+// Sweep drops the databases an interrupted earlier run left behind: those
+// whose creating process (on this machine) is gone. A run still going in
+// another checkout keeps its own.
 func (s *Server) Sweep(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, s.AdminURL)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'outbox\_bench\_%'`)
+	rows, err := conn.Query(ctx, `
+		SELECT datname, coalesce(substring(shobj_description(oid, 'pg_database') FROM 'outbox bench pid (\d+)')::int, 0)
+		FROM pg_database WHERE datname LIKE 'outbox\_bench\_%'`)
 	if err != nil {
 		return err
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type leftover struct {
+		name string
+		pid  int
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (leftover, error) {
+		var l leftover
+		return l, row.Scan(&l.name, &l.pid)
+	})
 	if err != nil {
 		return err
+	}
+	var names []string
+	for _, l := range found {
+		if l.pid != 0 && l.pid != os.Getpid() && processAlive(l.pid) {
+			continue
+		}
+		names = append(names, l.name)
 	}
 	for _, n := range names {
 		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)"); err != nil {
@@ -176,4 +202,10 @@ func suffix() string {
 		panic(err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// processAlive reports whether a process with this id runs on this machine.
+func processAlive(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err == nil
 }
