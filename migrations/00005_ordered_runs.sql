@@ -796,20 +796,42 @@ END;
 $$;
 -- +goose StatementEnd
 
+DROP FUNCTION outbox.complete_batch(text, jsonb, int);
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION outbox.complete_batch(
-    p_worker_id    text,
-    p_results      jsonb,
-    p_max_attempts int DEFAULT 100)
+CREATE FUNCTION outbox.complete_batch(
+    p_worker_id      text,
+    p_results        jsonb,
+    p_max_attempts   int DEFAULT 100,
+    p_omit_ok        boolean DEFAULT false,
+    p_ids            uuid[] DEFAULT NULL,
+    p_lease_tokens   uuid[] DEFAULT NULL,
+    p_outcomes       text[] DEFAULT NULL,
+    p_error_codes    text[] DEFAULT NULL,
+    p_error_messages text[] DEFAULT NULL,
+    p_targets        text[] DEFAULT NULL,
+    p_target_refs    text[] DEFAULT NULL,
+    p_latencies_ms   int[] DEFAULT NULL,
+    p_retry_at       timestamptz[] DEFAULT NULL,
+    p_on_dead        text[] DEFAULT NULL,
+    p_hold           boolean[] DEFAULT NULL)
 RETURNS TABLE(id uuid, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- Each statement is planned for the results at hand: a plan cached for the
+-- session, made while pending was nearly empty, would keep driving the
+-- join from a scan of pending for every result. A statement that touches a
+-- batch of rows by index never repays a JIT compilation.
 SET plan_cache_mode = force_custom_plan
--- Its statements touch the batch's rows by primary key: see claim_batch.
 SET jit = off
 AS $$
--- p_results: [{"id", "lease_token", "outcome", "error_code", "error_message",
--- "target", "target_ref", "latency_ms", "retry_at", "on_dead"}, ...]
+-- The results come either as one JSON document, p_results:
+--   [{"id", "lease_token", "outcome", "error_code", "error_message",
+--     "target", "target_ref", "latency_ms", "retry_at", "on_dead", "hold"}, ...]
+-- or, with p_results NULL, as arrays of one element per result (element i
+-- of each describing result i): p_ids, p_lease_tokens and p_outcomes, and
+-- any of the others (NULL, or a NULL element, where a result has none).
+-- The two forms mean exactly the same; the arrays cost the database and
+-- the caller far less for a large batch.
 --
 --   DISPATCHED  archived, the row leaves pending
 --   RETRYABLE   archived, lease cleared, due again at retry_at; moved to
@@ -827,54 +849,80 @@ AS $$
 -- that dies here or later (see outbox.repair_expired_leases): "park" makes
 -- the dead message hold its key.
 --
--- Status per result: ok; lease_lost (not leased to this worker under this
--- token any more, or expired: nothing written for it); dead (RETRYABLE at
--- the ceiling, moved to dead); double_dispatch (DISPATCHED for a message
--- already recorded as dispatched: it leaves pending without a second
--- DISPATCHED outcome, and the rest of the batch is recorded as usual).
+-- Status per result, in the results' order: ok; lease_lost (not leased to
+-- this worker under this token any more, or expired: nothing written for
+-- it); dead (RETRYABLE at the ceiling, moved to dead); double_dispatch
+-- (DISPATCHED for a message already recorded as dispatched: it leaves
+-- pending without a second DISPATCHED outcome, and the rest of the batch is
+-- recorded as usual). With p_omit_ok the results recorded as ok are left
+-- out, so that a batch that went well answers with no rows.
+--
+-- A malformed batch (a result without id, lease_token or a valid outcome
+-- or on_dead, an id given twice) is refused whole with P7003: nothing of
+-- it is written.
 #variable_conflict use_column
 DECLARE
     v_now      timestamptz := clock_timestamp();
-    v_total    int;
+    v_recorded bigint;
     v_distinct int;
     v_invalid  int;
+    -- The exceptions, in the results' order: ids, positions and statuses.
     v_ids      uuid[];
+    v_ords     int[];
     v_statuses text[];
+    v_all      text[];
     v_key_ns   text[];
     v_key_ok   text[];
 BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' THEN
         RAISE EXCEPTION 'outbox.complete_batch: p_worker_id must not be empty' USING ERRCODE = 'P7003';
     END IF;
-    IF jsonb_typeof(p_results) IS DISTINCT FROM 'array' THEN
-        RAISE EXCEPTION 'outbox.complete_batch: p_results must be a JSON array of results' USING ERRCODE = 'P7003';
-    END IF;
     IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         RAISE EXCEPTION 'outbox.complete_batch: p_max_attempts must be at least 1' USING ERRCODE = '22023';
     END IF;
-
-    -- Validate the whole document before writing anything: a malformed
-    -- completion is a bug in the caller and must not half-apply. This block
-    -- only reads, so its subtransaction never takes a transaction id.
-    BEGIN
-        SELECT count(*),
-               count(DISTINCT r.id),
-               count(*) FILTER (WHERE r.id IS NULL OR r.lease_token IS NULL OR r.outcome IS NULL
-                                   OR r.outcome NOT IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'RELEASED')
-                                   OR (r.on_dead IS NOT NULL AND r.on_dead NOT IN ('skip', 'park')))
-          INTO v_total, v_distinct, v_invalid
-          FROM jsonb_to_recordset(p_results) AS r(id uuid, lease_token uuid, outcome text, on_dead text,
-                                                  latency_ms int, retry_at timestamptz, hold boolean);
-    EXCEPTION WHEN invalid_text_representation OR invalid_parameter_value OR datatype_mismatch
-                OR invalid_datetime_format OR datetime_field_overflow OR numeric_value_out_of_range THEN
-        RAISE EXCEPTION 'outbox.complete_batch: malformed result document: %', SQLERRM USING ERRCODE = 'P7003';
-    END;
-    IF v_invalid > 0 THEN
-        RAISE EXCEPTION 'outbox.complete_batch: % result(s) without id, lease_token or a valid outcome (DISPATCHED, RETRYABLE, FAILED, RELEASED) and on_dead (skip, park)', v_invalid
+    IF p_results IS NOT NULL THEN
+        IF num_nonnulls(p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages, p_targets,
+                        p_target_refs, p_latencies_ms, p_retry_at, p_on_dead, p_hold) > 0 THEN
+            RAISE EXCEPTION 'outbox.complete_batch: the results come either as p_results or as arrays (p_ids, ...), not both'
+                USING ERRCODE = 'P7003';
+        END IF;
+        IF jsonb_typeof(p_results) IS DISTINCT FROM 'array' THEN
+            RAISE EXCEPTION 'outbox.complete_batch: p_results must be a JSON array of results' USING ERRCODE = 'P7003';
+        END IF;
+        -- The document becomes the arrays. This block only reads, so its
+        -- subtransaction never takes a transaction id.
+        BEGIN
+            SELECT array_agg(r.id ORDER BY r.ord), array_agg(r.lease_token ORDER BY r.ord),
+                   array_agg(r.outcome ORDER BY r.ord), array_agg(r.error_code ORDER BY r.ord),
+                   array_agg(r.error_message ORDER BY r.ord), array_agg(r.target ORDER BY r.ord),
+                   array_agg(r.target_ref ORDER BY r.ord), array_agg(r.latency_ms ORDER BY r.ord),
+                   array_agg(r.retry_at ORDER BY r.ord), array_agg(r.on_dead ORDER BY r.ord),
+                   array_agg(r.hold ORDER BY r.ord)
+              INTO p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages, p_targets,
+                   p_target_refs, p_latencies_ms, p_retry_at, p_on_dead, p_hold
+              FROM ROWS FROM (jsonb_to_recordset(p_results) AS (
+                       id uuid, lease_token uuid, outcome text, error_code text, error_message text,
+                       target text, target_ref text, latency_ms int, retry_at timestamptz, on_dead text, hold boolean))
+                   WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
+                                        target, target_ref, latency_ms, retry_at, on_dead, hold, ord);
+        EXCEPTION WHEN invalid_text_representation OR invalid_parameter_value OR datatype_mismatch
+                    OR invalid_datetime_format OR datetime_field_overflow OR numeric_value_out_of_range THEN
+            RAISE EXCEPTION 'outbox.complete_batch: malformed result document: %', SQLERRM USING ERRCODE = 'P7003';
+        END;
+    ELSIF p_ids IS NULL THEN
+        RAISE EXCEPTION 'outbox.complete_batch: p_results must be a JSON array of results (or NULL, with the results as arrays in p_ids, ...)'
             USING ERRCODE = 'P7003';
+    ELSIF p_lease_tokens IS NULL OR p_outcomes IS NULL
+          OR cardinality(p_ids) <> ANY (ARRAY[cardinality(p_lease_tokens), cardinality(p_outcomes),
+                                              cardinality(p_error_codes), cardinality(p_error_messages),
+                                              cardinality(p_targets), cardinality(p_target_refs),
+                                              cardinality(p_latencies_ms), cardinality(p_retry_at),
+                                              cardinality(p_on_dead), cardinality(p_hold)]) THEN
+        RAISE EXCEPTION 'outbox.complete_batch: p_lease_tokens, p_outcomes and every other result array given must have one element per id (% ids)',
+            cardinality(p_ids) USING ERRCODE = 'P7003';
     END IF;
-    IF v_distinct <> v_total THEN
-        RAISE EXCEPTION 'outbox.complete_batch: a message id appears more than once in one batch' USING ERRCODE = 'P7003';
+    IF coalesce(cardinality(p_ids), 0) = 0 THEN
+        RETURN;
     END IF;
 
     -- The DELETE and the UPDATEs are the fence: each touches only rows still
@@ -882,129 +930,218 @@ BEGIN
     -- (by the clock now, not the transaction's start). A row that a reaper
     -- or another worker changed meanwhile fails the re-check PostgreSQL
     -- makes after waiting for its lock, and is left alone: lease_lost.
-    WITH r AS (
-        SELECT *
-        FROM ROWS FROM (jsonb_to_recordset(p_results) AS (
-                 id uuid, lease_token uuid, outcome text, error_code text, error_message text,
-                 target text, target_ref text, latency_ms int, retry_at timestamptz, on_dead text, hold boolean))
-             WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
-                                  target, target_ref, latency_ms, retry_at, on_dead, hold, ord)
-    ),
-    -- DISPATCHED and FAILED leave pending; so does a RETRYABLE outcome at
-    -- the attempt ceiling, which becomes FAILED.
-    removed AS (
-        DELETE FROM outbox.pending p
-        USING r
-        WHERE p.id = r.id
-          AND p.lease_token = r.lease_token
-          AND p.claimed_by = p_worker_id
-          AND p.lease_expires_at > v_now
-          AND (r.outcome IN ('DISPATCHED', 'FAILED')
-               OR (r.outcome = 'RETRYABLE' AND p.attempt_count >= p_max_attempts AND NOT coalesce(r.hold, false)))
-        -- A delivered row's payload is not needed past this point: carrying
-        -- it through the CTEs costs more than the delete itself.
-        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
-                  CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.payload END AS payload,
-                  p.payload_bytes,
-                  CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.headers END AS headers,
-                  p.trace_header, p.attempt_count, p.available_at, p.created_at,
-                  r.outcome AS requested,
-                  CASE WHEN r.outcome = 'DISPATCHED' THEN 'DISPATCHED' ELSE 'FAILED' END AS outcome,
-                  p.ordering_key IS NOT NULL AND r.outcome <> 'DISPATCHED'
-                      AND coalesce(r.on_dead = 'park', p.park_on_dead) AS parks,
-                  r.error_code, left(r.error_message, 4096) AS error_message, r.target, r.target_ref, r.latency_ms
-    ),
-    rescheduled AS (
-        UPDATE outbox.pending p
-        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
-            next_attempt_at = greatest(coalesce(r.retry_at, v_now), v_now),
-            last_error_code = r.error_code,
-            last_error = left(r.error_message, 4096),
-            failing_since = coalesce(p.failing_since, v_now),
-            park_on_dead = coalesce(r.on_dead = 'park', p.park_on_dead)
-        FROM r
-        WHERE p.id = r.id
-          AND p.lease_token = r.lease_token
-          AND p.claimed_by = p_worker_id
-          AND p.lease_expires_at > v_now
-          AND r.outcome = 'RETRYABLE' AND (p.attempt_count < p_max_attempts OR coalesce(r.hold, false))
-        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
-                  p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
-                  r.target, r.target_ref, r.latency_ms
-    ),
-    released AS (
-        UPDATE outbox.pending p
-        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
-            attempt_count = greatest(p.attempt_count - 1, 0)
-        FROM r
-        WHERE p.id = r.id
-          AND p.lease_token = r.lease_token
-          AND p.claimed_by = p_worker_id
-          AND p.lease_expires_at > v_now
-          AND r.outcome = 'RELEASED'
-        RETURNING p.id
-    ),
-    buried AS (
-        INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
-                                 payload, payload_bytes, headers, trace_header, attempt_count, available_at,
-                                 created_at, last_error_code, last_error, failed_by, holds_key)
-        SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
-               x.payload, x.payload_bytes, x.headers, x.trace_header, x.attempt_count, x.available_at,
-               x.created_at, x.error_code, x.error_message, p_worker_id,
-               -- Only a key's first dead message holds it (a run stops at
-               -- its first failure, so there is no second; this keeps it so).
-               x.parks AND x.rank = 1
-                   AND NOT EXISTS (SELECT 1 FROM outbox.dead d
-                                   WHERE d.namespace = x.namespace AND d.ordering_key = x.ordering_key AND d.holds_key)
-        FROM (SELECT y.*, row_number() OVER (PARTITION BY y.namespace, y.ordering_key, y.outcome ORDER BY y.sequence_id) AS rank
-              FROM removed y) x
-        WHERE x.outcome = 'FAILED'
-    ),
-    -- The double-delivery backstop, per message: a second DISPATCHED for a
-    -- message is not archived (attempts_one_dispatched_per_message), and
-    -- only that message says so.
-    archived AS (
-        INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
-                                     dedupe_key, ordering_key, sequence_id, target, target_ref,
-                                     error_code, error_message, latency_ms)
-        SELECT x.id, x.attempt_count, x.outcome, p_worker_id, x.namespace, x.topic, x.tenant_id,
-               x.dedupe_key, x.ordering_key, x.sequence_id, x.target, x.target_ref,
-               x.error_code, x.error_message, x.latency_ms
-        FROM removed x
-        UNION ALL
-        SELECT q.id, q.attempt_count, 'RETRYABLE', p_worker_id, q.namespace, q.topic, q.tenant_id,
-               q.dedupe_key, q.ordering_key, q.sequence_id, q.target, q.target_ref,
-               q.error_code, q.error_message, q.latency_ms
-        FROM rescheduled q
-        ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
-        RETURNING message_id, state
-    ),
-    -- Almost always empty: a set difference, not a join of the two CTEs
-    -- (which the planner, without estimates, would loop over).
-    doubled AS (
-        SELECT x.id FROM removed x WHERE x.outcome = 'DISPATCHED'
-        EXCEPT
-        SELECT a.message_id FROM archived a WHERE a.state = 'DISPATCHED'
-    ),
-    done AS (
-        SELECT x.id,
-               CASE WHEN x.requested = 'RETRYABLE' THEN 'dead'
-                    WHEN x.outcome = 'DISPATCHED' AND x.id IN (SELECT d.id FROM doubled d) THEN 'double_dispatch'
-                    ELSE 'ok' END AS status,
-               x.namespace, x.ordering_key
-        FROM removed x
-        UNION ALL
-        SELECT q.id, 'ok', NULL, NULL FROM rescheduled q
-        UNION ALL
-        SELECT l.id, 'ok', NULL, NULL FROM released l
-    )
-    SELECT array_agg(r.id ORDER BY r.ord),
-           array_agg(coalesce(d.status, 'lease_lost') ORDER BY r.ord),
-           array_agg(d.namespace) FILTER (WHERE d.ordering_key IS NOT NULL),
-           array_agg(d.ordering_key) FILTER (WHERE d.ordering_key IS NOT NULL)
-      INTO v_ids, v_statuses, v_key_ns, v_key_ok
-      FROM r
-      LEFT JOIN done d ON d.id = r.id;
+    --
+    -- Almost every batch is all DISPATCHED: it runs the first statement,
+    -- which is the second one's DISPATCHED part alone (the other outcomes'
+    -- statements cost a tenth of the call even when they find nothing).
+    -- In both, the exceptions (lease_lost, dead, double_dispatch) are looked
+    -- for only when the counts of what was written say there are any.
+    IF p_outcomes <@ ARRAY['DISPATCHED'] THEN
+        WITH removed AS (
+            DELETE FROM outbox.pending p
+            USING unnest(p_ids, p_lease_tokens, p_error_codes, p_error_messages, p_targets, p_target_refs,
+                         p_latencies_ms)
+                  WITH ORDINALITY AS r(id, lease_token, error_code, error_message, target, target_ref,
+                                       latency_ms, ord)
+            WHERE p.id = r.id
+              AND p.lease_token = r.lease_token
+              AND p.claimed_by = p_worker_id
+              AND p.lease_expires_at > v_now
+            RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                      p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
+                      r.target, r.target_ref, r.latency_ms, r.ord
+        ),
+        -- The double-delivery backstop, per message: a second DISPATCHED
+        -- for a message is not archived (attempts_one_dispatched_per_message),
+        -- and only that message says so.
+        archived AS (
+            INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                         dedupe_key, ordering_key, sequence_id, target, target_ref,
+                                         error_code, error_message, latency_ms)
+            SELECT x.id, x.attempt_count, 'DISPATCHED', p_worker_id, x.namespace, x.topic, x.tenant_id,
+                   x.dedupe_key, x.ordering_key, x.sequence_id, x.target, x.target_ref,
+                   x.error_code, x.error_message, x.latency_ms
+            FROM removed x
+            ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
+            RETURNING message_id
+        ),
+        tally AS (
+            SELECT (SELECT count(*) FROM removed) AS removed, (SELECT count(*) FROM archived) AS archived
+        ),
+        exceptions AS (
+            SELECT r.id, r.ord, 'lease_lost' AS status
+            FROM unnest(p_ids) WITH ORDINALITY AS r(id, ord)
+            WHERE (SELECT t.removed < cardinality(p_ids) FROM tally t)
+              AND r.id NOT IN (SELECT x.id FROM removed x)
+            UNION ALL
+            SELECT x.id, x.ord, 'double_dispatch'
+            FROM removed x
+            WHERE (SELECT t.archived < t.removed FROM tally t)
+              AND x.id NOT IN (SELECT a.message_id FROM archived a)
+        )
+        SELECT t.removed, e.ids, e.ords, e.statuses, k.namespaces, k.keys
+          INTO v_recorded, v_ids, v_ords, v_statuses, v_key_ns, v_key_ok
+          FROM tally t,
+               (SELECT array_agg(e.id ORDER BY e.ord) AS ids, array_agg(e.ord::int ORDER BY e.ord) AS ords,
+                       array_agg(e.status ORDER BY e.ord) AS statuses
+                FROM exceptions e) e,
+               (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys
+                FROM removed x WHERE x.ordering_key IS NOT NULL) k;
+    ELSE
+        -- The statements of outcomes absent from the batch are skipped
+        -- whole (a one-time filter on the outcomes).
+        WITH
+        -- DISPATCHED and FAILED leave pending; so does a RETRYABLE outcome
+        -- at the attempt ceiling, which becomes FAILED.
+        removed AS (
+            DELETE FROM outbox.pending p
+            USING unnest(p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages,
+                         p_targets, p_target_refs, p_latencies_ms, p_on_dead, p_hold)
+                  WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
+                                       target, target_ref, latency_ms, on_dead, hold, ord)
+            WHERE p.id = r.id
+              AND p.lease_token = r.lease_token
+              AND p.claimed_by = p_worker_id
+              AND p.lease_expires_at > v_now
+              AND (r.outcome IN ('DISPATCHED', 'FAILED')
+                   OR (r.outcome = 'RETRYABLE' AND p.attempt_count >= p_max_attempts AND NOT coalesce(r.hold, false)))
+            -- A delivered row's payload is not needed past this point:
+            -- carrying it through the CTEs costs more than the delete itself.
+            RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                      CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.payload END AS payload,
+                      p.payload_bytes,
+                      CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.headers END AS headers,
+                      p.trace_header, p.attempt_count, p.available_at, p.created_at,
+                      r.outcome AS requested,
+                      CASE WHEN r.outcome = 'DISPATCHED' THEN 'DISPATCHED' ELSE 'FAILED' END AS outcome,
+                      p.ordering_key IS NOT NULL AND r.outcome <> 'DISPATCHED'
+                          AND coalesce(r.on_dead = 'park', p.park_on_dead) AS parks,
+                      r.error_code, left(r.error_message, 4096) AS error_message, r.target, r.target_ref,
+                      r.latency_ms, r.ord
+        ),
+        rescheduled AS (
+            UPDATE outbox.pending p
+            SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+                next_attempt_at = greatest(coalesce(r.retry_at, v_now), v_now),
+                last_error_code = r.error_code,
+                last_error = left(r.error_message, 4096),
+                failing_since = coalesce(p.failing_since, v_now),
+                park_on_dead = coalesce(r.on_dead = 'park', p.park_on_dead)
+            FROM unnest(p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages,
+                        p_targets, p_target_refs, p_latencies_ms, p_retry_at, p_on_dead, p_hold)
+                 AS r(id, lease_token, outcome, error_code, error_message,
+                      target, target_ref, latency_ms, retry_at, on_dead, hold)
+            WHERE 'RETRYABLE' = ANY (p_outcomes)
+              AND p.id = r.id
+              AND p.lease_token = r.lease_token
+              AND p.claimed_by = p_worker_id
+              AND p.lease_expires_at > v_now
+              AND r.outcome = 'RETRYABLE' AND (p.attempt_count < p_max_attempts OR coalesce(r.hold, false))
+            RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                      p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
+                      r.target, r.target_ref, r.latency_ms
+        ),
+        released AS (
+            UPDATE outbox.pending p
+            SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+                attempt_count = greatest(p.attempt_count - 1, 0)
+            FROM unnest(p_ids, p_lease_tokens, p_outcomes) AS r(id, lease_token, outcome)
+            WHERE 'RELEASED' = ANY (p_outcomes)
+              AND p.id = r.id
+              AND p.lease_token = r.lease_token
+              AND p.claimed_by = p_worker_id
+              AND p.lease_expires_at > v_now
+              AND r.outcome = 'RELEASED'
+            RETURNING p.id
+        ),
+        buried AS (
+            INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                     payload, payload_bytes, headers, trace_header, attempt_count, available_at,
+                                     created_at, last_error_code, last_error, failed_by, holds_key)
+            SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
+                   x.payload, x.payload_bytes, x.headers, x.trace_header, x.attempt_count, x.available_at,
+                   x.created_at, x.error_code, x.error_message, p_worker_id,
+                   -- Only a key's first dead message holds it (a run stops at
+                   -- its first failure, so there is no second; this keeps it so).
+                   x.parks AND x.rank = 1
+                       AND NOT EXISTS (SELECT 1 FROM outbox.dead d
+                                       WHERE d.namespace = x.namespace AND d.ordering_key = x.ordering_key AND d.holds_key)
+            FROM (SELECT y.*, row_number() OVER (PARTITION BY y.namespace, y.ordering_key, y.outcome ORDER BY y.sequence_id) AS rank
+                  FROM removed y) x
+            WHERE p_outcomes && ARRAY['FAILED', 'RETRYABLE'] AND x.outcome = 'FAILED'
+        ),
+        -- The double-delivery backstop, as above.
+        archived AS (
+            INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                         dedupe_key, ordering_key, sequence_id, target, target_ref,
+                                         error_code, error_message, latency_ms)
+            SELECT x.id, x.attempt_count, x.outcome, p_worker_id, x.namespace, x.topic, x.tenant_id,
+                   x.dedupe_key, x.ordering_key, x.sequence_id, x.target, x.target_ref,
+                   x.error_code, x.error_message, x.latency_ms
+            FROM removed x
+            UNION ALL
+            SELECT q.id, q.attempt_count, 'RETRYABLE', p_worker_id, q.namespace, q.topic, q.tenant_id,
+                   q.dedupe_key, q.ordering_key, q.sequence_id, q.target, q.target_ref,
+                   q.error_code, q.error_message, q.latency_ms
+            FROM rescheduled q
+            ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
+            RETURNING message_id, state
+        ),
+        tally AS (
+            SELECT (SELECT count(*) FROM removed) AS removed, (SELECT count(*) FROM rescheduled) AS rescheduled,
+                   (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM archived) AS archived
+        ),
+        exceptions AS (
+            SELECT r.id, r.ord, 'lease_lost' AS status
+            FROM unnest(p_ids) WITH ORDINALITY AS r(id, ord)
+            WHERE (SELECT t.removed + t.rescheduled + t.released < cardinality(p_ids) FROM tally t)
+              AND r.id NOT IN (SELECT x.id FROM removed x UNION ALL SELECT q.id FROM rescheduled q
+                               UNION ALL SELECT l.id FROM released l)
+            UNION ALL
+            SELECT x.id, x.ord, 'dead'
+            FROM removed x
+            WHERE 'RETRYABLE' = ANY (p_outcomes) AND x.requested = 'RETRYABLE'
+            UNION ALL
+            -- Only a DISPATCHED outcome can fail to be archived.
+            SELECT x.id, x.ord, 'double_dispatch'
+            FROM removed x
+            WHERE (SELECT t.archived < t.removed + t.rescheduled FROM tally t)
+              AND x.outcome = 'DISPATCHED'
+              AND x.id NOT IN (SELECT a.message_id FROM archived a WHERE a.state = 'DISPATCHED')
+        )
+        SELECT t.removed + t.rescheduled + t.released, e.ids, e.ords, e.statuses, k.namespaces, k.keys
+          INTO v_recorded, v_ids, v_ords, v_statuses, v_key_ns, v_key_ok
+          FROM tally t,
+               (SELECT array_agg(e.id ORDER BY e.ord) AS ids, array_agg(e.ord::int ORDER BY e.ord) AS ords,
+                       array_agg(e.status ORDER BY e.ord) AS statuses
+                FROM exceptions e) e,
+               (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys
+                FROM removed x WHERE x.ordering_key IS NOT NULL) k;
+    END IF;
+
+    -- The batch is checked here, after the statement, from what it wrote: a
+    -- result without id, token or a valid outcome matches no row, and a
+    -- repeated id matches its row twice, which PostgreSQL changes once; so
+    -- when every result was recorded, none of them is malformed, and the
+    -- results are read again only when some were not. The RAISE aborts the
+    -- call, and with it everything the statement wrote, so a malformed
+    -- batch never half-applies.
+    IF v_recorded < cardinality(p_ids)
+       OR NOT coalesce(array_remove(p_on_dead, NULL) <@ ARRAY['skip', 'park'], true) THEN
+        SELECT count(*) FILTER (WHERE x.id IS NULL OR x.lease_token IS NULL OR x.outcome IS NULL
+                                   OR x.outcome NOT IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'RELEASED')
+                                   OR (x.on_dead IS NOT NULL AND x.on_dead NOT IN ('skip', 'park'))),
+               count(DISTINCT x.id)
+          INTO v_invalid, v_distinct
+          FROM unnest(p_ids, p_lease_tokens, p_outcomes, p_on_dead) AS x(id, lease_token, outcome, on_dead);
+        IF v_invalid > 0 THEN
+            RAISE EXCEPTION 'outbox.complete_batch: % result(s) without id, lease_token or a valid outcome (DISPATCHED, RETRYABLE, FAILED, RELEASED) and on_dead (skip, park)', v_invalid
+                USING ERRCODE = 'P7003';
+        END IF;
+        IF v_distinct <> cardinality(p_ids) THEN
+            RAISE EXCEPTION 'outbox.complete_batch: a message id appears more than once in one batch' USING ERRCODE = 'P7003';
+        END IF;
+    END IF;
 
     -- A key whose message left pending has a new head (or is parked); a key
     -- a producer is committing to right now is left to the next claim.
@@ -1012,7 +1149,15 @@ BEGIN
         PERFORM outbox.settle_keys(v_key_ns, v_key_ok, false);
     END IF;
 
-    RETURN QUERY SELECT u.id, u.status FROM unnest(v_ids, v_statuses) AS u(id, status);
+    IF p_omit_ok THEN
+        RETURN QUERY SELECT u.id, u.status FROM unnest(v_ids, v_statuses) AS u(id, status);
+    ELSE
+        v_all := array_fill('ok'::text, ARRAY[cardinality(p_ids)]);
+        FOR i IN 1 .. coalesce(cardinality(v_ords), 0) LOOP
+            v_all[v_ords[i]] := v_statuses[i];
+        END LOOP;
+        RETURN QUERY SELECT u.id, u.status FROM unnest(p_ids, v_all) AS u(id, status);
+    END IF;
 END;
 $$;
 -- +goose StatementEnd
@@ -1948,6 +2093,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 REVOKE ALL ON outbox.limits, outbox.sequence_floor, outbox.keys, outbox.unsettled_keys, outbox.producer_namespaces, outbox.operator_log FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     outbox.claim_batch(int, text, int, text[], int, bigint, int),
+    outbox.complete_batch(text, jsonb, int, boolean, uuid[], uuid[], text[], text[], text[], text[], text[], int[],
+                          timestamptz[], text[], boolean[]),
     outbox.purge(interval, interval, int, interval),
     outbox.stats(),
     outbox.blocked_keys(text, int)
@@ -1982,6 +2129,8 @@ DROP FUNCTION outbox.operator_log_append_only();
 DROP FUNCTION outbox.blocked_keys(text, int);
 DROP FUNCTION outbox.blocked_key_states(text);
 DROP FUNCTION outbox.claim_batch(int, text, int, text[], int, bigint, int);
+DROP FUNCTION outbox.complete_batch(text, jsonb, int, boolean, uuid[], uuid[], text[], text[], text[], text[], text[], int[],
+                                    timestamptz[], text[], boolean[]);
 DROP FUNCTION outbox.stats();
 DROP FUNCTION outbox.purge(interval, interval, int, interval);
 -- +goose StatementBegin
@@ -2663,6 +2812,7 @@ ALTER TABLE outbox.pending DROP COLUMN behind, DROP COLUMN payload_bytes, DROP C
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     outbox.claim_batch(int, text, int, text[]),
+    outbox.complete_batch(text, jsonb, int),
     outbox.purge(interval, interval, int),
     outbox.stats()
 TO outbox_dispatcher;
