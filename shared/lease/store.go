@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Querier runs queries: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -288,22 +289,13 @@ type Completion struct {
 	Status Status
 }
 
-// resultDoc is a Result as outbox.complete_batch reads it.
-type resultDoc struct {
-	ID           uuid.UUID  `json:"id"`
-	LeaseToken   uuid.UUID  `json:"lease_token"`
-	Outcome      Outcome    `json:"outcome"`
-	ErrorCode    string     `json:"error_code,omitempty"`
-	ErrorMessage string     `json:"error_message,omitempty"`
-	Target       string     `json:"target,omitempty"`
-	TargetRef    string     `json:"target_ref,omitempty"`
-	LatencyMS    int64      `json:"latency_ms"`
-	RetryAt      *time.Time `json:"retry_at,omitempty"`
-	OnDead       OnDead     `json:"on_dead,omitempty"`
-	Hold         bool       `json:"hold,omitempty"`
-}
-
-const completeBatchSQL = `SELECT id, status FROM outbox.complete_batch($1, $2::jsonb, $3)`
+// completeBatchSQL sends the results as typed arrays, one element per
+// result, instead of complete_batch's JSON document: PostgreSQL decodes a
+// binary uuid[] far faster than it parses 1,000 JSON objects, and nothing
+// here encodes them. With p_omit_ok it answers only for the results not
+// recorded as ok, which are the exceptions a caller acts on.
+const completeBatchSQL = `SELECT id, status FROM outbox.complete_batch($1, NULL, $2, true,
+	$3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
 
 // CompleteBatch records every result in one statement (one round trip,
 // whatever the batch size) and returns one Completion per result, in order.
@@ -313,43 +305,95 @@ func (s *Store) CompleteBatch(ctx context.Context, workerID string, results []Re
 	if len(results) == 0 {
 		return nil, nil
 	}
-	docs := make([]resultDoc, len(results))
-	for i, r := range results {
-		docs[i] = resultDoc{
-			ID: r.ID, LeaseToken: r.LeaseToken, Outcome: r.Outcome,
-			ErrorCode: r.ErrorCode, ErrorMessage: r.ErrorMessage,
-			Target: r.Target, TargetRef: r.TargetRef, LatencyMS: r.Latency.Milliseconds(), OnDead: r.OnDead, Hold: r.Hold,
-		}
+	n := len(results)
+	var (
+		ids           = make([]pgtype.UUID, n)
+		tokens        = make([]pgtype.UUID, n)
+		outcomes      = make([]string, n)
+		latencies     = make([]int32, n)
+		errorCodes    = optionalText{n: n}
+		errorMessages = optionalText{n: n}
+		targets       = optionalText{n: n}
+		targetRefs    = optionalText{n: n}
+		onDead        = optionalText{n: n}
+		retryAt       []pgtype.Timestamptz
+		hold          []pgtype.Bool
+	)
+	for i := range results {
+		r := &results[i]
+		ids[i] = pgtype.UUID{Bytes: r.ID, Valid: true}
+		tokens[i] = pgtype.UUID{Bytes: r.LeaseToken, Valid: true}
+		outcomes[i] = string(r.Outcome)
+		latencies[i] = int32(min(r.Latency.Milliseconds(), math.MaxInt32))
+		errorCodes.set(i, r.ErrorCode)
+		errorMessages.set(i, r.ErrorMessage)
+		targets.set(i, r.Target)
+		targetRefs.set(i, r.TargetRef)
+		onDead.set(i, string(r.OnDead))
 		if !r.RetryAt.IsZero() {
-			t := r.RetryAt
-			docs[i].RetryAt = &t
+			if retryAt == nil {
+				retryAt = make([]pgtype.Timestamptz, n)
+			}
+			retryAt[i] = pgtype.Timestamptz{Time: r.RetryAt, Valid: true}
+		}
+		if r.Hold {
+			if hold == nil {
+				hold = make([]pgtype.Bool, n)
+			}
+			hold[i] = pgtype.Bool{Bool: true, Valid: true}
 		}
 	}
-	body, err := json.Marshal(docs)
-	if err != nil {
-		return nil, &Error{Op: "complete", Kind: ErrInvalidCompletion, Err: err}
-	}
-	rows, err := s.db.Query(ctx, completeBatchSQL, workerID, string(body), s.ceiling())
+	rows, err := s.db.Query(ctx, completeBatchSQL, workerID, s.ceiling(), ids, tokens, outcomes,
+		errorCodes.arg(), errorMessages.arg(), targets.arg(), targetRefs.arg(), latencies, retryAt, onDead.arg(), hold)
 	if err != nil {
 		return nil, translate("complete", err)
 	}
 	defer rows.Close()
-	out := make([]Completion, 0, len(results))
+	out := make([]Completion, n)
+	for i := range results {
+		out[i] = Completion{ID: results[i].ID, Status: StatusOK}
+	}
+	// The exceptions come in the results' order: each is matched to the
+	// next result of its id.
+	next := 0
 	for rows.Next() {
 		var c Completion
 		if err := rows.Scan(&c.ID, &c.Status); err != nil {
 			return nil, translate("complete", err)
 		}
-		out = append(out, c)
+		for next < n && results[next].ID != c.ID {
+			next++
+		}
+		if next == n {
+			return nil, &Error{Op: "complete", Err: fmt.Errorf("complete_batch answered %q for message %s, which is not among the results or out of their order", c.Status, c.ID)}
+		}
+		out[next].Status = c.Status
+		next++
 	}
 	if err := rows.Err(); err != nil {
 		return nil, translate("complete", err)
 	}
-	if len(out) != len(results) {
-		return nil, &Error{Op: "complete", Err: fmt.Errorf("complete_batch answered %d statuses for %d results", len(out), len(results))}
-	}
 	return out, nil
 }
+
+// optionalText is one optional text field across a batch: an empty string
+// is none (NULL), and a field no result sets is sent as NULL whole.
+type optionalText struct {
+	n      int
+	values []pgtype.Text
+}
+
+func (c *optionalText) set(i int, s string) {
+	if s == "" {
+		return
+	}
+	if c.values == nil {
+		c.values = make([]pgtype.Text, c.n)
+	}
+	c.values[i] = pgtype.Text{String: s, Valid: true}
+}
+
+func (c *optionalText) arg() []pgtype.Text { return c.values }
 
 const completeSQL = `SELECT outbox.complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 

@@ -496,6 +496,38 @@ func TestAttemptsArchiveIsAppendOnly(t *testing.T) {
 	}
 }
 
+// The database answers only for the results not recorded as ok; the
+// store still returns one Completion per result, in the results' order,
+// each exception on its own result, wherever it is in the batch.
+func TestCompleteBatchAnswersEveryResultInOrder(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	store.AttemptCeiling = 1
+	enqueue(t, db.Pool, 6, plain)
+	msgs, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 6, Lease: time.Minute})
+	if err != nil || len(msgs) != 6 {
+		t.Fatalf("claimed %d: %v", len(msgs), err)
+	}
+	results := dispatched(msgs)
+	results[1].LeaseToken = uuid.New()
+	results[3].Outcome, results[3].ErrorCode = lease.Retryable, "TARGET_5XX"
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic) VALUES ($1, 1, 'DISPATCHED', 'billing', 'usage')`, msgs[4].ID); err != nil {
+		t.Fatal(err)
+	}
+	want := []lease.Status{lease.StatusOK, lease.StatusLeaseLost, lease.StatusOK, lease.StatusDead, lease.StatusDoubleDispatch, lease.StatusOK}
+	completions, err := store.CompleteBatch(ctx, "w", results)
+	if err != nil || len(completions) != len(results) {
+		t.Fatalf("%d completions for %d results: %v", len(completions), len(results), err)
+	}
+	for i, c := range completions {
+		if c.ID != results[i].ID || c.Status != want[i] {
+			t.Errorf("completion %d: %s %s, want %s %s", i, c.ID, c.Status, results[i].ID, want[i])
+		}
+	}
+}
+
 func TestOrderingKeysDeliverInSequence(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewWithConfig(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 6 })
