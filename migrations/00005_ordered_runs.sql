@@ -855,7 +855,8 @@ AS $$
 -- (DISPATCHED for a message already recorded as dispatched: it leaves
 -- pending without a second DISPATCHED outcome, and the rest of the batch is
 -- recorded as usual). With p_omit_ok the results recorded as ok are left
--- out, so that a batch that went well answers with no rows.
+-- out, so that a batch that went well answers with no rows. The outcomes
+-- are archived in the results' order too.
 --
 -- A malformed batch (a result without id, lease_token or a valid outcome
 -- or on_dead, an id given twice) is refused whole with P7003: nothing of
@@ -953,7 +954,9 @@ BEGIN
         ),
         -- The double-delivery backstop, per message: a second DISPATCHED
         -- for a message is not archived (attempts_one_dispatched_per_message),
-        -- and only that message says so.
+        -- and only that message says so. The outcomes are archived in the
+        -- results' order, whatever order the join found the rows in: a run's
+        -- messages in sequence order, as they were delivered.
         archived AS (
             INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
                                          dedupe_key, ordering_key, sequence_id, target, target_ref,
@@ -962,6 +965,7 @@ BEGIN
                    x.dedupe_key, x.ordering_key, x.sequence_id, x.target, x.target_ref,
                    x.error_code, x.error_message, x.latency_ms
             FROM removed x
+            ORDER BY x.ord
             ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
             RETURNING message_id
         ),
@@ -1029,8 +1033,8 @@ BEGIN
                 park_on_dead = coalesce(r.on_dead = 'park', p.park_on_dead)
             FROM unnest(p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages,
                         p_targets, p_target_refs, p_latencies_ms, p_retry_at, p_on_dead, p_hold)
-                 AS r(id, lease_token, outcome, error_code, error_message,
-                      target, target_ref, latency_ms, retry_at, on_dead, hold)
+                 WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
+                                      target, target_ref, latency_ms, retry_at, on_dead, hold, ord)
             WHERE 'RETRYABLE' = ANY (p_outcomes)
               AND p.id = r.id
               AND p.lease_token = r.lease_token
@@ -1039,7 +1043,7 @@ BEGIN
               AND r.outcome = 'RETRYABLE' AND (p.attempt_count < p_max_attempts OR coalesce(r.hold, false))
             RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
                       p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
-                      r.target, r.target_ref, r.latency_ms
+                      r.target, r.target_ref, r.latency_ms, r.ord
         ),
         released AS (
             UPDATE outbox.pending p
@@ -1075,15 +1079,19 @@ BEGIN
             INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
                                          dedupe_key, ordering_key, sequence_id, target, target_ref,
                                          error_code, error_message, latency_ms)
-            SELECT x.id, x.attempt_count, x.outcome, p_worker_id, x.namespace, x.topic, x.tenant_id,
-                   x.dedupe_key, x.ordering_key, x.sequence_id, x.target, x.target_ref,
-                   x.error_code, x.error_message, x.latency_ms
-            FROM removed x
-            UNION ALL
-            SELECT q.id, q.attempt_count, 'RETRYABLE', p_worker_id, q.namespace, q.topic, q.tenant_id,
-                   q.dedupe_key, q.ordering_key, q.sequence_id, q.target, q.target_ref,
-                   q.error_code, q.error_message, q.latency_ms
-            FROM rescheduled q
+            SELECT y.id, y.attempt_count, y.outcome, p_worker_id, y.namespace, y.topic, y.tenant_id,
+                   y.dedupe_key, y.ordering_key, y.sequence_id, y.target, y.target_ref,
+                   y.error_code, y.error_message, y.latency_ms
+            FROM (SELECT x.id, x.attempt_count, x.outcome, x.namespace, x.topic, x.tenant_id, x.dedupe_key,
+                         x.ordering_key, x.sequence_id, x.target, x.target_ref, x.error_code, x.error_message,
+                         x.latency_ms, x.ord
+                  FROM removed x
+                  UNION ALL
+                  SELECT q.id, q.attempt_count, 'RETRYABLE', q.namespace, q.topic, q.tenant_id, q.dedupe_key,
+                         q.ordering_key, q.sequence_id, q.target, q.target_ref, q.error_code, q.error_message,
+                         q.latency_ms, q.ord
+                  FROM rescheduled q) y
+            ORDER BY y.ord
             ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
             RETURNING message_id, state
         ),

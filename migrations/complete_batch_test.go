@@ -436,3 +436,50 @@ func TestCompleteBatchAllDispatchedAsAnyOtherBatch(t *testing.T) {
 		t.Errorf("%d of the 2 delivered keys have their next message as head, want both", heads)
 	}
 }
+
+// The outcomes of a batch are archived in the order of its results, which
+// is the order their messages were delivered in (a run's in sequence
+// order), whatever order the statement found the rows in: the archive is
+// what an audit reads the delivery order from.
+func TestCompleteBatchArchivesInTheResultsOrder(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	msgs := make([]outbox.Message, 20)
+	for i := range msgs {
+		msgs[i] = outbox.Message{Namespace: "billing", Topic: "usage", Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, i))}
+	}
+	if _, err := outbox.EnqueueBatch(ctx, db.Pool, msgs); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := lease.NewStore(db.Pool).ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 20, Lease: time.Minute})
+	if err != nil || len(claimed) != len(msgs) {
+		t.Fatalf("claimed %d of %d: %v", len(claimed), len(msgs), err)
+	}
+	// The results in the reverse of the queue's order; the first half all
+	// DISPATCHED, the second half with a retry among them.
+	for h, half := range [][]lease.Message{claimed[:10], claimed[10:]} {
+		var results []sqlResult
+		for i := len(half) - 1; i >= 0; i-- {
+			results = append(results, sqlResult{id: half[i].ID, token: half[i].LeaseToken, outcome: "DISPATCHED"})
+		}
+		if h == 1 {
+			results[4].outcome = "RETRYABLE"
+		}
+		completions(t)(db.Pool.Query(ctx, completeArraysSQL, append([]any{100, true}, arrays(results)...)...))
+		var want, got []uuid.UUID
+		for _, r := range results {
+			want = append(want, r.id)
+		}
+		rows, err := db.Pool.Query(ctx, `SELECT message_id FROM outbox.attempts WHERE message_id = ANY ($1) ORDER BY id`, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("archived in the order\n  %v\nwant the results'\n  %v", got, want)
+		}
+	}
+}
