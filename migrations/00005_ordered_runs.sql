@@ -817,11 +817,18 @@ CREATE FUNCTION outbox.complete_batch(
 RETURNS TABLE(id uuid, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
--- Each statement is planned for the results at hand: a plan cached for the
--- session, made while pending was nearly empty, would keep driving the
--- join from a scan of pending for every result. A statement that touches a
--- batch of rows by index never repays a JIT compilation.
-SET plan_cache_mode = force_custom_plan
+-- The statements' plans must not depend on the statistics of pending,
+-- which are often wrong here: taken while nothing was leased, they say no
+-- row is leased to any worker, so a planner trusting them drives a join
+-- from pending and reads the whole batch again for each of its rows. Each
+-- statement finds pending's rows by primary key from the batch's ids, and
+-- joins them with the results by hash (nested loops and merge joins are
+-- off while it runs). Such a plan is right for any batch and any queue, so
+-- it is made once per session; and never a scan of a table where an index
+-- will do, since it may be made while pending is nearly empty. A statement
+-- that touches a batch of rows by index never repays a JIT compilation.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 SET jit = off
 AS $$
 -- The results come either as one JSON document, p_results:
@@ -864,6 +871,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now      timestamptz := clock_timestamp();
+    v_nestloop text := current_setting('enable_nestloop');
+    v_mergejoin text := current_setting('enable_mergejoin');
     v_recorded bigint;
     v_distinct int;
     v_invalid  int;
@@ -937,6 +946,7 @@ BEGIN
     -- statements cost a tenth of the call even when they find nothing).
     -- In both, the exceptions (lease_lost, dead, double_dispatch) are looked
     -- for only when the counts of what was written say there are any.
+    PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
     IF p_outcomes <@ ARRAY['DISPATCHED'] THEN
         WITH removed AS (
             DELETE FROM outbox.pending p
@@ -944,7 +954,8 @@ BEGIN
                          p_latencies_ms)
                   WITH ORDINALITY AS r(id, lease_token, error_code, error_message, target, target_ref,
                                        latency_ms, ord)
-            WHERE p.id = r.id
+            WHERE p.id = ANY (p_ids)
+              AND p.id = r.id
               AND p.lease_token = r.lease_token
               AND p.claimed_by = p_worker_id
               AND p.lease_expires_at > v_now
@@ -1003,7 +1014,8 @@ BEGIN
                          p_targets, p_target_refs, p_latencies_ms, p_on_dead, p_hold)
                   WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
                                        target, target_ref, latency_ms, on_dead, hold, ord)
-            WHERE p.id = r.id
+            WHERE p.id = ANY (p_ids)
+              AND p.id = r.id
               AND p.lease_token = r.lease_token
               AND p.claimed_by = p_worker_id
               AND p.lease_expires_at > v_now
@@ -1036,6 +1048,7 @@ BEGIN
                  WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
                                       target, target_ref, latency_ms, retry_at, on_dead, hold, ord)
             WHERE 'RETRYABLE' = ANY (p_outcomes)
+              AND p.id = ANY (p_ids)
               AND p.id = r.id
               AND p.lease_token = r.lease_token
               AND p.claimed_by = p_worker_id
@@ -1051,6 +1064,7 @@ BEGIN
                 attempt_count = greatest(p.attempt_count - 1, 0)
             FROM unnest(p_ids, p_lease_tokens, p_outcomes) AS r(id, lease_token, outcome)
             WHERE 'RELEASED' = ANY (p_outcomes)
+              AND p.id = ANY (p_ids)
               AND p.id = r.id
               AND p.lease_token = r.lease_token
               AND p.claimed_by = p_worker_id
@@ -1126,6 +1140,8 @@ BEGIN
                (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys
                 FROM removed x WHERE x.ordering_key IS NOT NULL) k;
     END IF;
+
+    PERFORM set_config('enable_nestloop', v_nestloop, true), set_config('enable_mergejoin', v_mergejoin, true);
 
     -- The batch is checked here, after the statement, from what it wrote: a
     -- result without id, token or a valid outcome matches no row, and a

@@ -483,3 +483,95 @@ func TestCompleteBatchArchivesInTheResultsOrder(t *testing.T) {
 		}
 	}
 }
+
+// complete_batch finds a batch's rows by primary key, whatever the
+// statistics of outbox.pending say. They are often wrong for it: taken
+// while nothing was leased, they say no row is leased to any worker (and
+// worker ids are new with every invocation), and a plan may be cached for
+// the session while the queue was nearly empty. Either way, completing
+// 1,000 of 10,000 pending messages must read those 1,000 rows of pending,
+// neither the queue nor the batch once per result.
+func TestCompleteBatchReadsOnlyItsRowsWhateverTheStatistics(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// cached completes a batch of one on the session first, while the
+		// queue holds one message (its statistics those of an empty one).
+		cached bool
+	}{{"statistics from before any lease", false}, {"plan cached on an empty queue", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			ctx := context.Background()
+			if _, err := db.Pool.Exec(ctx, `ALTER TABLE outbox.pending SET (autovacuum_enabled = off)`); err != nil {
+				t.Fatal(err)
+			}
+			conn := pgtest.Connect(t, db.URL)
+			enqueue := func(n int) {
+				msgs := make([]outbox.Message, n)
+				for i := range msgs {
+					msgs[i] = outbox.Message{Namespace: "billing", Topic: "usage", DedupeKey: uuid.NewString(),
+						Payload: json.RawMessage(`{"pad": "` + strings.Repeat("x", 400) + `"}`)}
+				}
+				for start := 0; start < n; start += 1000 {
+					if _, err := outbox.EnqueueBatch(ctx, db.Pool, msgs[start:min(n, start+1000)]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// complete claims n messages as a new worker (on another
+			// connection) and completes them as dispatched on conn; it
+			// returns how the completion read pending, from the session's
+			// counters (which hold what is not yet reported, so the
+			// difference is taken).
+			complete := func(worker string, n int) (seqScans, fetched int64) {
+				claimed, err := lease.NewStore(db.Pool).ClaimBatch(ctx, lease.ClaimParams{WorkerID: worker, BatchSize: n, Lease: time.Minute})
+				if err != nil || len(claimed) != n {
+					t.Fatalf("claimed %d of %d: %v", len(claimed), n, err)
+				}
+				results := make([]lease.Result, len(claimed))
+				for i, m := range claimed {
+					results[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched}
+				}
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx)
+				read := func() (scans, rows int64) {
+					if err := tx.QueryRow(ctx, `SELECT coalesce(seq_scan, 0), coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables
+						WHERE relid = 'outbox.pending'::regclass`).Scan(&scans, &rows); err != nil {
+						t.Fatal(err)
+					}
+					return scans, rows
+				}
+				scans0, rows0 := read()
+				if _, err := lease.NewStore(tx).CompleteBatch(ctx, worker, results); err != nil {
+					t.Fatal(err)
+				}
+				scans1, rows1 := read()
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				return scans1 - scans0, rows1 - rows0
+			}
+			if tc.cached {
+				if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE outbox.pending`); err != nil {
+					t.Fatal(err)
+				}
+				enqueue(1)
+				complete("first", 1)
+				enqueue(10_000)
+			} else {
+				enqueue(10_000)
+				if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE outbox.pending`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if seqScans, fetched := complete("w-"+uuid.NewString(), 1000); seqScans != 0 || fetched > 1000 {
+				t.Fatalf("completing 1,000 of 10,000 pending messages scanned outbox.pending %d time(s) and fetched %d of its rows by index, want 0 and 1,000",
+					seqScans, fetched)
+			}
+		})
+	}
+}
