@@ -8,6 +8,7 @@ package floor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -54,13 +55,18 @@ RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key,
 // leased to this worker under the claim's token and not expired, and append
 // its attempt, as complete_batch's archive statement does (a second
 // DISPATCHED of one message is not archived: ON CONFLICT on
-// attempts_one_dispatched_per_message). Ids come as an array instead of a
-// JSON document, matched with = ANY so that the primary key drives the
-// delete: a join with unnest() of the array is planned from statistics
-// gathered while nothing was leased (claimed_by all NULL) and loops over the
-// whole batch for every row. A claim leases all its rows under one token,
-// so the fence is one token, as complete_batch's per-result check is when
-// every result carries its claim's token.
+// attempts_one_dispatched_per_message). Ids come as one array, as the Go
+// store sends complete_batch its results, matched with = ANY so that the
+// primary key drives the delete: a join with unnest() of the array is
+// planned from statistics gathered while nothing was leased (claimed_by all
+// NULL) and loops over the whole batch for every row. A claim leases all
+// its rows under one token, so the fence is one token, as complete_batch's
+// per-result check is when every result carries its claim's token. What
+// the function adds and this leaves out is its contract: a token, an
+// outcome and the target's fields per result, the other outcomes (retries,
+// dead letters, releases), the exceptions it reports, and the settling of
+// ordering keys. Like complete_batch's statements it runs on a plan made
+// once per session (see Run).
 const CompleteSQL = `WITH removed AS (
     DELETE FROM outbox.pending p
     WHERE p.id = ANY ($2::uuid[]) AND p.lease_token = $3::uuid
@@ -120,17 +126,21 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 		if err != nil {
 			return Result{}, err
 		}
-		// As the outbox functions do: a generic plan cannot see the LIMIT
-		// or the arrays' sizes, and after five executions PostgreSQL may
-		// switch a prepared statement to one (a sort of the whole queue for
-		// the claim, a hash join over it for the completion).
+		// As claim_batch does: a generic plan cannot see the LIMIT, and
+		// after five executions PostgreSQL may switch a prepared statement
+		// to one (a sort of the whole queue). The completion, as
+		// complete_batch's statements do, runs on a generic plan instead,
+		// made once: its = ANY probes of the primary key are right for any
+		// batch. Each completion switches the session to generic plans and
+		// back in its own round trip.
 		cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 		c, err := pgconn.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return Result{}, err
 		}
 		conns[i] = c
-		for _, s := range []struct{ name, sql string }{{"claim", ClaimSQL}, {"complete", CompleteSQL}} {
+		for _, s := range []struct{ name, sql string }{{"claim", ClaimSQL}, {"complete", CompleteSQL},
+			{"generic", "SET plan_cache_mode = force_generic_plan"}, {"custom", "SET plan_cache_mode = force_custom_plan"}} {
 			if _, err := c.Prepare(ctx, s.name, s.sql, nil); err != nil {
 				return Result{}, fmt.Errorf("prepare %s: %w", s.name, err)
 			}
@@ -184,7 +194,18 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 				}
 				ids.WriteByte('}')
 				began = time.Now()
-				tag, err := c.ExecPrepared(ctx, "complete", [][]byte{worker, ids.Bytes(), token}, nil, nil).Close()
+				batch := &pgconn.Batch{}
+				batch.ExecPrepared("generic", nil, nil, nil)
+				batch.ExecPrepared("complete", [][]byte{worker, ids.Bytes(), token}, nil, nil)
+				batch.ExecPrepared("custom", nil, nil, nil)
+				var tag pgconn.CommandTag
+				results, err := c.ExecBatch(ctx, batch).ReadAll()
+				for _, r := range results {
+					err = cmp.Or(err, r.Err)
+				}
+				if err == nil && len(results) == 3 {
+					tag = results[1].CommandTag
+				}
 				end := time.Now()
 				took = end.Sub(began)
 				t.complete += took

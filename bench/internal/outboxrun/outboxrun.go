@@ -200,7 +200,7 @@ func (s *timedStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lea
 }
 
 func (s *timedStore) CompleteBatch(ctx context.Context, worker string, rs []lease.Result) ([]lease.Completion, error) {
-	cs, err := s.inner.CompleteBatch(ctx, worker, rs)
+	cs, err := s.inner.CompleteBatch(context.WithValue(ctx, completionSizeKey{}, len(rs)), worker, rs)
 	end := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -259,9 +259,16 @@ const (
 type callStart struct {
 	kind  callKind
 	began time.Time
+	// results is a completion's batch size (its answer has a row only per
+	// result that was not recorded as ok).
+	results int
 }
 
 type callKey struct{}
+
+// completionSizeKey carries a completion's number of results from the
+// store's caller to the tracer.
+type completionSizeKey struct{}
 
 func (t *callTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	kind := callOther
@@ -273,7 +280,8 @@ func (t *callTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 	default:
 		return ctx
 	}
-	return context.WithValue(ctx, callKey{}, callStart{kind: kind, began: time.Now()})
+	results, _ := ctx.Value(completionSizeKey{}).(int)
+	return context.WithValue(ctx, callKey{}, callStart{kind: kind, began: time.Now(), results: results})
 }
 
 func (t *callTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
@@ -283,6 +291,9 @@ func (t *callTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 	}
 	took := time.Since(c.began)
 	full := data.Err == nil && data.CommandTag.RowsAffected() == int64(t.batchSize)
+	if c.kind == callComplete {
+		full = data.Err == nil && c.results == t.batchSize
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch c.kind {
