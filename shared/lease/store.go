@@ -306,6 +306,8 @@ func (s *Store) CompleteBatch(ctx context.Context, workerID string, results []Re
 		return nil, nil
 	}
 	n := len(results)
+	// pgtype types, not uuid.UUID or *string: under the simple protocol
+	// (RDS Proxy) pgx must know each array's type from its Go type.
 	var (
 		ids           = make([]pgtype.UUID, n)
 		tokens        = make([]pgtype.UUID, n)
