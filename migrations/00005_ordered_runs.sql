@@ -1211,6 +1211,10 @@ SET plan_cache_mode = force_custom_plan
 -- behind the heads from the table's statistics, and one long key (a stuck
 -- head with its backlog) lifts the estimate past jit_above_cost.
 SET jit = off
+-- Its statements find rows by index (the claim index, a key's run, the
+-- lease by primary key); statistics taken while pending was nearly empty
+-- made the lease's UPDATE ... WHERE id = ANY scan the whole queue.
+SET enable_seqscan = off
 AS $$
 -- Claims up to p_batch_size messages: due heads and unordered messages in
 -- (next_attempt_at, id) order, each ordered head followed by up to
