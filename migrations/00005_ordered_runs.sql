@@ -435,24 +435,28 @@ CREATE CONSTRAINT TRIGGER sequences_settle_at_commit
     FOR EACH ROW EXECUTE FUNCTION outbox.sequences_settle_at_commit();
 
 -- +goose StatementBegin
--- enqueue_rows is enqueue and enqueue_batch: the arrays describe one message
--- per element. It checks every message against outbox.limits and the rules
--- the Go producer applies, and refuses the whole call at the first bad
--- message with SQLSTATE P7004, the field in the error's COLUMN, and nothing
--- written. p_caller names the function in the error.
-CREATE FUNCTION outbox.enqueue_rows(
-    p_caller        text,
+-- enqueue_batch writes many messages in one statement, and is enqueue()
+-- too: enqueue() is a batch of one, so that the two can never disagree on
+-- validation, dedupe or sequencing. Element i of every array describes
+-- message i; optional arrays may be NULL. Results come back in input order;
+-- within one batch the first message with a dedupe key wins it and later
+-- ones are dedupe hits, exactly as with enqueue() called in order. Every
+-- message is checked against outbox.limits and the rules the Go producer
+-- applies, and the whole call is refused at the first bad message with
+-- SQLSTATE P7004, the field in the error's COLUMN, the message's index in
+-- its DETAIL, and nothing written.
+CREATE OR REPLACE FUNCTION outbox.enqueue_batch(
     p_namespaces    text[],
     p_topics        text[],
     p_payloads      text[],
-    p_tenant_ids    text[],
-    p_dedupe_keys   text[],
-    p_ordering_keys text[],
-    p_headers       text[],
-    p_trace_headers text[],
-    p_available_at  timestamptz[])
+    p_tenant_ids    text[] DEFAULT NULL,
+    p_dedupe_keys   text[] DEFAULT NULL,
+    p_ordering_keys text[] DEFAULT NULL,
+    p_headers       text[] DEFAULT NULL,
+    p_trace_headers text[] DEFAULT NULL,
+    p_available_at  timestamptz[] DEFAULT NULL)
 RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- Restores the caller's setting on return: see the set_config below.
 SET plan_cache_mode = auto
@@ -481,6 +485,9 @@ DECLARE
     v_seqs     bigint[];
     v_problem  text[];
     v_allowed  text[];
+    -- Errors name the function the producer called (see enqueue()).
+    v_caller   text := CASE WHEN v_n = 1 AND current_setting('outbox.enqueue_single', true) = 'on'
+                            THEN 'outbox.enqueue' ELSE 'outbox.enqueue_batch' END;
     -- C0 and C1 control characters, as Go's unicode.IsControl (no NUL in text).
     c_control  constant text := '[\u0001-\u001f\u007f-\u009f]';
 BEGIN
@@ -491,7 +498,7 @@ BEGIN
        OR coalesce(cardinality(p_tenant_ids), v_n) <> v_n OR coalesce(cardinality(p_dedupe_keys), v_n) <> v_n
        OR coalesce(cardinality(p_ordering_keys), v_n) <> v_n OR coalesce(cardinality(p_headers), v_n) <> v_n
        OR coalesce(cardinality(p_trace_headers), v_n) <> v_n OR coalesce(cardinality(p_available_at), v_n) <> v_n THEN
-        RAISE EXCEPTION '%: every array must have one element per message (% messages)', p_caller, v_n
+        RAISE EXCEPTION '%: every array must have one element per message (% messages)', v_caller, v_n
             USING ERRCODE = '22023';
     END IF;
     -- A batch's statements join arrays with the tables, and a generic plan
@@ -530,9 +537,9 @@ BEGIN
         WHERE NOT (x.ns = ANY (v_allowed))
         ORDER BY x.i LIMIT 1;
         IF v_problem IS NOT NULL THEN
-            RAISE EXCEPTION '%: login % may not enqueue into namespace %', p_caller, session_user, quote_literal(v_problem[2])
+            RAISE EXCEPTION '%: login % may not enqueue into namespace %', v_caller, session_user, quote_literal(v_problem[2])
                 USING ERRCODE = '42501', COLUMN = 'namespace',
-                      DETAIL = format('message index: %s', CASE WHEN p_caller = 'outbox.enqueue' THEN -1 ELSE v_problem[1]::int - 1 END),
+                      DETAIL = format('message index: %s', CASE WHEN v_caller = 'outbox.enqueue' THEN -1 ELSE v_problem[1]::int - 1 END),
                       HINT = format('Its roles may enqueue into: %s. An operator grants more with outbox.grant_namespace(role, namespace).',
                                     array_to_string(v_allowed, ', '));
         END IF;
@@ -639,11 +646,11 @@ BEGIN
 
     IF v_problem[1] IS NOT NULL THEN
         -- DETAIL carries the message's index in the batch, for callers.
-        IF p_caller = 'outbox.enqueue' THEN
-            RAISE EXCEPTION '%: invalid message: % %', p_caller, v_problem[2], v_problem[3]
+        IF v_caller = 'outbox.enqueue' THEN
+            RAISE EXCEPTION '%: invalid message: % %', v_caller, v_problem[2], v_problem[3]
                 USING ERRCODE = 'P7004', COLUMN = v_problem[2], DETAIL = 'message index: -1';
         END IF;
-        RAISE EXCEPTION '%: invalid message %: % %', p_caller, v_problem[1]::int - 1, v_problem[2], v_problem[3]
+        RAISE EXCEPTION '%: invalid message %: % %', v_caller, v_problem[1]::int - 1, v_problem[2], v_problem[3]
             USING ERRCODE = 'P7004', COLUMN = v_problem[2], DETAIL = format('message index: %s', v_problem[1]::int - 1);
     END IF;
 
@@ -755,43 +762,24 @@ RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
--- One message: enqueue_batch's work for a batch of one, so that the two can
--- never disagree on validation, dedupe or sequencing.
+-- One message: enqueue_batch() of a batch of one.
+DECLARE
+    -- While this is on, enqueue_batch's errors name outbox.enqueue and
+    -- message index -1, as enqueue's always have. A setting rather than a
+    -- parameter leaves enqueue_batch's signature the contract's. It is set
+    -- here, not in a SET clause: only a superuser may create a function
+    -- with a SET clause on a setting no extension defines, and RDS's master
+    -- user is none. An error leaves it on only in a transaction or
+    -- savepoint that is aborted, which resets it. Set by assignment: a
+    -- PERFORM is a query, four times the cost.
+    v_single text := set_config('outbox.enqueue_single', 'on', true);
 BEGIN
     RETURN QUERY
-    SELECT r.message_id, r.sequence_id, r.inserted
-    FROM outbox.enqueue_rows('outbox.enqueue', ARRAY[p_namespace], ARRAY[p_topic], ARRAY[p_payload::text],
-                             ARRAY[p_tenant_id], ARRAY[p_dedupe_key], ARRAY[p_ordering_key],
-                             ARRAY[p_headers::text], ARRAY[p_trace_header], ARRAY[p_available_at]) r;
-END;
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION outbox.enqueue_batch(
-    p_namespaces    text[],
-    p_topics        text[],
-    p_payloads      text[],
-    p_tenant_ids    text[] DEFAULT NULL,
-    p_dedupe_keys   text[] DEFAULT NULL,
-    p_ordering_keys text[] DEFAULT NULL,
-    p_headers       text[] DEFAULT NULL,
-    p_trace_headers text[] DEFAULT NULL,
-    p_available_at  timestamptz[] DEFAULT NULL)
-RETURNS TABLE(message_id uuid, sequence_id bigint, inserted boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
--- The set-based form of enqueue() for many messages at once: the same
--- results, in input order, for a fraction of the per-row cost. Element i of
--- every array describes message i; optional arrays may be NULL. Within one
--- batch the first message with a dedupe key wins it and later ones are
--- dedupe hits, exactly as with enqueue() called in order.
-BEGIN
-    RETURN QUERY
-    SELECT r.message_id, r.sequence_id, r.inserted
-    FROM outbox.enqueue_rows('outbox.enqueue_batch', p_namespaces, p_topics, p_payloads, p_tenant_ids,
-                             p_dedupe_keys, p_ordering_keys, p_headers, p_trace_headers, p_available_at) r;
+    SELECT b.message_id, b.sequence_id, b.inserted
+    FROM outbox.enqueue_batch(ARRAY[p_namespace], ARRAY[p_topic], ARRAY[p_payload::text],
+                              ARRAY[p_tenant_id], ARRAY[p_dedupe_key], ARRAY[p_ordering_key],
+                              ARRAY[p_headers::text], ARRAY[p_trace_header], ARRAY[p_available_at]) b;
+    v_single := set_config('outbox.enqueue_single', 'off', true);
 END;
 $$;
 -- +goose StatementEnd
@@ -2787,7 +2775,6 @@ BEGIN
 END;
 $$;
 -- +goose StatementEnd
-DROP FUNCTION outbox.enqueue_rows(text, text[], text[], text[], text[], text[], text[], text[], text[], timestamptz[]);
 DROP FUNCTION outbox.settle_unsettled(int);
 DROP FUNCTION outbox.settle_keys(text[], text[], boolean);
 DROP FUNCTION outbox.lock_keys(text[], text[]);

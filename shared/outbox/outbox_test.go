@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/lease"
@@ -243,6 +245,94 @@ func TestTraceHeaderFromTheProducersContext(t *testing.T) {
 		db.Pool.QueryRow(context.Background(), `SELECT trace_header FROM outbox.pending WHERE id = $1`, id).Scan(&got)
 		if got != want {
 			t.Errorf("message %v stored trace header %q, want %q", id, got, want)
+		}
+	}
+}
+
+// outbox.enqueue is enqueue_batch of one message, but its refusals name it
+// and the message index -1, in SQL and in the *ValidationError a Go
+// producer gets; a batch's name the batch and the message's position, even
+// right after an enqueue in the same transaction.
+func TestRefusalsNameTheFunctionCalledAndTheIndex(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+
+	type refusal struct{ code, column, detail, prefix string }
+	refused := func(t *testing.T, conn interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, sql string) refusal {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			t.Fatalf("%s: %v, want a refusal", sql, err)
+		}
+		prefix, _, _ := strings.Cut(pgErr.Message, ":")
+		return refusal{pgErr.Code, pgErr.ColumnName, pgErr.Detail, prefix}
+	}
+	const (
+		badEnqueue = `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}', p_headers => '{"retries": 3}')`
+		badBatch   = `SELECT * FROM outbox.enqueue_batch(ARRAY['billing'], ARRAY['usage'], ARRAY['{"n":1}'], p_headers => ARRAY['{"retries": 3}'])`
+		good       = `SELECT * FROM outbox.enqueue('billing', 'usage', '{"n":1}')`
+	)
+	single := refusal{"P7004", "headers", "message index: -1", "outbox.enqueue"}
+	batch := refusal{"P7004", "headers", "message index: 0", "outbox.enqueue_batch"}
+	if got := refused(t, db.Pool, badEnqueue); got != single {
+		t.Errorf("enqueue refused with %+v, want %+v", got, single)
+	}
+	if got := refused(t, db.Pool, badBatch); got != batch {
+		t.Errorf("enqueue_batch of one refused with %+v, want %+v", got, batch)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	if got := refused(t, tx, badBatch); got != batch {
+		t.Errorf("enqueue_batch after an enqueue in its transaction refused with %+v, want %+v", got, batch)
+	}
+	tx.Rollback(ctx)
+
+	// A login confined to another namespace.
+	producer := pgtest.Connect(t, db.LoginAs(t, "outbox_producer"))
+	var login string
+	if err := producer.QueryRow(ctx, `SELECT current_user`).Scan(&login); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT outbox.grant_namespace($1, 'reporting')`, login); err != nil {
+		t.Fatal(err)
+	}
+	denied := refusal{"42501", "namespace", "message index: -1", "outbox.enqueue"}
+	if got := refused(t, producer, good); got != denied {
+		t.Errorf("enqueue into a namespace not granted refused with %+v, want %+v", got, denied)
+	}
+	denied.detail, denied.prefix = "message index: 1", "outbox.enqueue_batch"
+	if got := refused(t, producer, `SELECT * FROM outbox.enqueue_batch(ARRAY['reporting', 'billing'], ARRAY['daily', 'usage'], ARRAY['{}', '{}'])`); got != denied {
+		t.Errorf("enqueue_batch into a namespace not granted refused with %+v, want %+v", got, denied)
+	}
+
+	// A Go producer whose limits are looser than the database's.
+	loose := outbox.Producer{Limits: outbox.Limits{MaxPayloadBytes: 1 << 20}}
+	big := msg("big")
+	big.Payload = json.RawMessage(fmt.Sprintf(`{"pad":%q}`, strings.Repeat("x", 300_000)))
+	for _, c := range []struct {
+		name      string
+		enqueue   func() error
+		wantIndex int
+	}{
+		{"Enqueue", func() error { _, err := loose.Enqueue(ctx, db.Pool, big); return err }, -1},
+		{"EnqueueBatch", func() error {
+			_, err := loose.EnqueueBatch(ctx, db.Pool, []outbox.Message{msg("small"), big})
+			return err
+		}, 1},
+	} {
+		var verr *outbox.ValidationError
+		if err := c.enqueue(); !errors.As(err, &verr) || !verr.InDatabase || verr.Field != "payload" || verr.Index != c.wantIndex {
+			t.Errorf("%s of a payload over the database's limit: %v, want the database's refusal of message %d's payload", c.name, err, c.wantIndex)
 		}
 	}
 }
