@@ -18,6 +18,7 @@ require (
 	github.com/aws/smithy-go v1.28.8
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/outboxkit/dispatcher/shared/outbox v0.0.0-00010101000000-000000000000
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/spf13/cobra v1.10.2
@@ -64,3 +65,7 @@ require (
 	google.golang.org/grpc v1.84.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+// The producer API is its own module, so that producer services need only
+// pgx; this repository builds it from its own tree.
+replace github.com/outboxkit/dispatcher/shared/outbox => ./shared/outbox

@@ -9,6 +9,7 @@ require (
 	github.com/ThreeDotsLabs/watermill-sql/v3 v3.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/outboxkit/dispatcher v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/dispatcher/shared/outbox v0.0.0-00010101000000-000000000000
 	github.com/riverqueue/river v0.51.0
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.0
 	gonum.org/v1/plot v0.17.0
@@ -19,6 +20,7 @@ require (
 	codeberg.org/go-latex/latex v0.2.0 // indirect
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
+	github.com/agnivade/levenshtein v1.2.1 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/andybalholm/brotli v1.2.6 // indirect
 	github.com/aws/aws-sdk-go v1.47.9 // indirect
@@ -73,3 +75,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+replace github.com/outboxkit/dispatcher/shared/outbox => ../shared/outbox

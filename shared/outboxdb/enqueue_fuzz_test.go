@@ -1,4 +1,4 @@
-package outbox_test
+package outboxdb_test
 
 import (
 	"context"

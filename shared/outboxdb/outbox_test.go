@@ -1,4 +1,9 @@
-package outbox_test
+// Package outboxdb_test runs the producer API, shared/outbox, against a
+// migrated database. The producer API is a module of its own; these tests
+// live in the root module because the migrations, pgtest and the dispatcher
+// side they check against do, and a nested module importing its parent would
+// put the whole dispatcher back into every producer's module graph.
+package outboxdb_test
 
 import (
 	"context"
