@@ -13,12 +13,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
 // listMaxLimit caps `dead list --limit`: the most outbox.replay_dead takes
 // at once, so that a listing can always show what a replay would move.
-const listMaxLimit = 10_000
+const listMaxLimit = config.MaxReplayLimit
 
 func newDeadCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
@@ -83,7 +85,7 @@ func newDeadListCommand(g *globalOptions) *cobra.Command {
 			return nil
 		},
 	}
-	filter.register(cmd.Flags(), fmt.Sprintf("list at most this many (default 100, at most %d)", listMaxLimit))
+	filter.register(cmd.Flags(), fmt.Sprintf("list at most this many (default %d, at most %d)", handler.DefaultReplayLimit, listMaxLimit))
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

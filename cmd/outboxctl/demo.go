@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -27,11 +26,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/migrations"
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/route"
 	"github.com/outboxkit/dispatcher/shared/sink"
 )
 
@@ -266,16 +267,12 @@ func runDemo(ctx context.Context, g *globalOptions, opts demoOptions, w io.Write
 		return rep, err
 	}
 	defer logFile.Close()
-	routes := demoRoutes(sinkURL, awsRoutes)
-	env := demoEnv(g, map[string]string{
-		"OUTBOX_DATABASE_URL": dbURL,
-		"OUTBOX_ROUTES":       routes,
-		sinkSecretVariable:    secret,
-		"OUTBOX_TRACING":      "off",
-		"OUTBOX_BATCH_SIZE":   "1000",
-		"OUTBOX_MAX_BATCHES":  "1000",
-	}, logFile, awsCfg)
-	dispatcher, closeDispatcher, err := dispatchfn.New(ctx, env)
+	reaperCfg, dispatchCfg, err := demoConfig(dbURL, demoRoutes(sinkURL, awsRoutes), secret)
+	if err != nil {
+		return rep, err
+	}
+	deps := handler.Deps{Stdout: logFile, AWS: awsCfg}
+	dispatcher, closeDispatcher, err := dispatchfn.New(ctx, dispatchCfg, deps)
 	if err != nil {
 		return rep, fmt.Errorf("dispatch: cold start failed: %w", err)
 	}
@@ -321,7 +318,7 @@ func runDemo(ctx context.Context, g *globalOptions, opts demoOptions, w io.Write
 	more("%d invocations; delivered %s; %s", len(sums), byTarget(rep.DeliveredByTarget), awsNote)
 
 	// 6. The reaper.
-	reaper, closeReaper, err := handler.NewReaper(ctx, env)
+	reaper, closeReaper, err := handler.NewReaper(ctx, reaperCfg, deps)
 	if err != nil {
 		return rep, fmt.Errorf("reaper: cold start failed: %w", err)
 	}
@@ -360,20 +357,25 @@ func runDemo(ctx context.Context, g *globalOptions, opts demoOptions, w io.Write
 	return rep, nil
 }
 
-// demoEnv is the handlers' environment: the demo's OUTBOX_* settings only
-// (the caller's own, say an OUTBOX_ROUTES_FILE, must not leak in), the
-// rest of the process environment for everything else.
-func demoEnv(g *globalOptions, vars map[string]string, logs io.Writer, awsCfg *aws.Config) handler.Env {
-	getenv := func(name string) string {
-		if v, ok := vars[name]; ok {
-			return v
-		}
-		if strings.HasPrefix(name, "OUTBOX_") {
-			return ""
-		}
-		return g.getenv(name)
+// demoConfig is the handlers' configuration: the defaults but for the
+// database, the routes, and batches large enough to drain the demo's
+// queue in a few invocations. The caller's own environment (say an
+// OUTBOX_ROUTES_FILE, or an X-Ray daemon) does not leak in.
+func demoConfig(dbURL, routes, sinkSecret string) (config.Reaper, config.Dispatch, error) {
+	reaper, err := config.LoadReaper(config.Env{}.WithDatabaseURL(dbURL))
+	if err != nil {
+		return config.Reaper{}, config.Dispatch{}, err
 	}
-	return handler.Env{Getenv: getenv, ReadFile: os.ReadFile, Stdout: logs, AWS: awsCfg}
+	table, err := route.Parse([]byte(routes), route.Options{})
+	if err != nil {
+		return config.Reaper{}, config.Dispatch{}, err
+	}
+	return reaper, config.Dispatch{
+		Function:       reaper.Function,
+		Engine:         dispatch.Config{BatchSize: 1000, MaxBatches: dispatch.MaxMaxBatches},
+		Routes:         table,
+		SigningSecrets: map[string]string{config.SinkSecretVariable: sinkSecret},
+	}, nil
 }
 
 // demoWebhookConcurrency is the sink route's target.concurrency: one signed
@@ -384,7 +386,7 @@ func demoRoutes(sinkURL string, awsRoutes []map[string]any) string {
 	routes := []map[string]any{{
 		"name":  "usage-webhook",
 		"match": map[string]string{"namespace": "billing", "topic": "*"},
-		"target": map[string]any{"type": "http", "url": sinkURL, "signing_secret_env": sinkSecretVariable,
+		"target": map[string]any{"type": "http", "url": sinkURL, "signing_secret_env": config.SinkSecretVariable,
 			"timeout": "5s", "concurrency": demoWebhookConcurrency},
 		// Quick retries, so the demo's injected failures resolve within
 		// the run; production routes back off for minutes.
@@ -399,12 +401,8 @@ func demoRoutes(sinkURL string, awsRoutes []map[string]any) string {
 // by AWS_ENDPOINT_URL (or the per-service variables), and routes to them.
 // Without an emulator it returns no routes and says how to add them.
 func demoAWS(ctx context.Context, g *globalOptions) (*aws.Config, []map[string]any, string, error) {
-	endpoint := ""
-	for _, v := range []string{"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SNS", "AWS_ENDPOINT_URL_EVENTBRIDGE"} {
-		if endpoint = g.getenv(v); endpoint != "" {
-			break
-		}
-	}
+	env := config.LoadDemo(g.env())
+	endpoint := env.AWSEndpoint
 	if endpoint == "" {
 		// No AWS at all: an empty configuration, so that nothing looks
 		// for credentials.
@@ -417,7 +415,7 @@ func demoAWS(ctx context.Context, g *globalOptions) (*aws.Config, []map[string]a
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
-	if g.getenv("AWS_ACCESS_KEY_ID") == "" && g.getenv("AWS_PROFILE") == "" {
+	if !env.AWSCredentials {
 		// Emulators accept any signature; do not go looking for real
 		// credentials.
 		cfg.Credentials = credentials.NewStaticCredentialsProvider("test", "test", "")

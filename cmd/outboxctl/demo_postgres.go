@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/localpg"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
 
 // demoServer is the PostgreSQL server the demo runs on.
@@ -32,9 +32,9 @@ type demoServer struct {
 
 // localServerUsers are tried, in order, on the server at 127.0.0.1:5432:
 // Debian's and the Docker image's superuser, then Homebrew's (the OS user).
-func localServerUsers(getenv func(string) string) []string {
+func localServerUsers(pgUser string) []string {
 	users := []string{}
-	if u := getenv("PGUSER"); u != "" {
+	if u := pgUser; u != "" {
 		users = append(users, u)
 	}
 	users = append(users, "postgres")
@@ -49,12 +49,12 @@ func localServerUsers(getenv func(string) string) []string {
 // PostgreSQL binaries on the machine, else none, with a message that says
 // how to install PostgreSQL.
 func findServer(ctx context.Context, g *globalOptions, mode, localDir string) (*demoServer, error) {
-	if u := g.lookup(pgconn.EnvDatabaseURL); u != "" {
+	if u := config.DatabaseURL(g.env()); u != "" {
 		return &demoServer{adminURL: u, describe: "the server of OUTBOX_DATABASE_URL (" + hostOf(u) + ")", persistent: true}, nil
 	}
 	var tried []string
 	if mode == "auto" {
-		for _, name := range localServerUsers(g.getenv) {
+		for _, name := range localServerUsers(config.LoadDemo(g.env()).PGUser) {
 			candidate := fmt.Sprintf("postgres://%s@127.0.0.1:5432/postgres?sslmode=disable", url.PathEscape(name))
 			pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			conn, err := pgx.Connect(pingCtx, candidate)

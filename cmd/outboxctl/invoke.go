@@ -13,45 +13,39 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 )
 
 // invocable is one function's handler, built from the environment as its
 // main package builds it at a cold start.
-type invocable func(ctx context.Context, env handler.Env) (handle func(context.Context, json.RawMessage) (any, error), closeFn func(), err error)
+type invocable func(ctx context.Context, env config.Env, deps handler.Deps) (handle func(context.Context, json.RawMessage) (any, error), closeFn func(), err error)
+
+// build reads a function's configuration with load and builds its handler
+// with newHandler, as the function's main package does.
+func build[C any, H any, A any](load func(config.Env) (C, error), newHandler func(context.Context, C, handler.Deps) (H, func(), error),
+	handle func(H, context.Context, json.RawMessage) (A, error)) invocable {
+	return func(ctx context.Context, env config.Env, deps handler.Deps) (func(context.Context, json.RawMessage) (any, error), func(), error) {
+		cfg, err := load(env)
+		if err != nil {
+			return nil, nil, err
+		}
+		h, closeFn, err := newHandler(ctx, cfg, deps)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, raw json.RawMessage) (any, error) { return handle(h, ctx, raw) }, closeFn, nil
+	}
+}
 
 // functions are the Lambda functions invoke can run, by their names in
 // functions/ and template.yaml.
 var functions = map[string]invocable{
-	"dispatch": func(ctx context.Context, env handler.Env) (func(context.Context, json.RawMessage) (any, error), func(), error) {
-		h, closeFn, err := dispatchfn.New(ctx, env)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, raw json.RawMessage) (any, error) { return h.Handle(ctx, raw) }, closeFn, nil
-	},
-	"reaper": func(ctx context.Context, env handler.Env) (func(context.Context, json.RawMessage) (any, error), func(), error) {
-		h, closeFn, err := handler.NewReaper(ctx, env)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, raw json.RawMessage) (any, error) { return h.Handle(ctx, raw) }, closeFn, nil
-	},
-	"dlq-replay": func(ctx context.Context, env handler.Env) (func(context.Context, json.RawMessage) (any, error), func(), error) {
-		h, closeFn, err := handler.NewReplay(ctx, env)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, raw json.RawMessage) (any, error) { return h.Handle(ctx, raw) }, closeFn, nil
-	},
-	"metrics": func(ctx context.Context, env handler.Env) (func(context.Context, json.RawMessage) (any, error), func(), error) {
-		h, closeFn, err := handler.NewMetrics(ctx, env)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, raw json.RawMessage) (any, error) { return h.Handle(ctx, raw) }, closeFn, nil
-	},
+	"dispatch":   build(config.LoadDispatch, dispatchfn.New, (*dispatchfn.Handler).Handle),
+	"reaper":     build(config.LoadReaper, handler.NewReaper, (*handler.Reaper).Handle),
+	"dlq-replay": build(config.LoadReplay, handler.NewReplay, (*handler.Replay).Handle),
+	"metrics":    build(config.LoadMetrics, handler.NewMetrics, (*handler.Metrics).Handle),
 }
 
 func functionNames() string {
@@ -105,8 +99,7 @@ schedule: give it an event, e.g. events/dlq-replay-dry-run.json.`,
 				return err
 			}
 			ctx := cmd.Context()
-			build := functions[name]
-			handle, closeFn, err := build(ctx, g.handlerEnv(cmd.ErrOrStderr()))
+			handle, closeFn, err := functions[name](ctx, g.env(), handler.Deps{Stdout: cmd.ErrOrStderr()})
 			if err != nil {
 				// What would fail the function's cold start: its
 				// configuration, or its database.

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
@@ -53,7 +54,7 @@ filter is refused unless --all.`,
 			if ev.Operator == "" {
 				ev.Operator = osUser()
 			}
-			maxLimit, err := handler.LoadReplaySettings(g.lookup)
+			maxLimit, err := config.ReplayMaxLimit(g.env())
 			if err != nil {
 				return usageError{err}
 			}
@@ -70,7 +71,8 @@ filter is refused unless --all.`,
 			return err
 		},
 	}
-	filter.register(cmd.Flags(), "replay at most this many, oldest first (default 100, at most $OUTBOX_REPLAY_MAX_LIMIT, 1000)")
+	filter.register(cmd.Flags(), fmt.Sprintf("replay at most this many, oldest first (default %d, at most $OUTBOX_REPLAY_MAX_LIMIT, %d)",
+		handler.DefaultReplayLimit, config.DefaultReplayMaxLimit))
 	cmd.Flags().BoolVar(&all, "all", false, "allow an empty filter: every dead letter (up to --limit)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "move the messages (default: a dry run that only lists them)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why they are replayed, recorded on each REPLAYED attempt (required with --yes)")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -14,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
@@ -47,33 +46,19 @@ type globalOptions struct {
 	getenv func(string) string
 }
 
-// lookup reads an environment variable as the commands see it:
-// --database-url replaces every database source of the environment.
-func (g *globalOptions) lookup(name string) string {
-	if g.databaseURL != "" {
-		switch name {
-		case pgconn.EnvDatabaseURL:
-			return g.databaseURL
-		case pgconn.EnvSecretARN, pgconn.EnvIAMAuth:
-			return ""
-		}
-	}
-	return g.getenv(name)
+// env is the environment as the commands see it: --database-url replaces
+// every database source of the process's.
+func (g *globalOptions) env() config.Env {
+	return config.Env{Getenv: g.getenv, ReadFile: os.ReadFile}.WithDatabaseURL(g.databaseURL)
 }
 
 const noDatabase = "no database: set OUTBOX_DATABASE_URL or pass --database-url"
 
 func (g *globalOptions) database() (string, error) {
-	if u := g.lookup(pgconn.EnvDatabaseURL); u != "" {
+	if u := config.DatabaseURL(g.env()); u != "" {
 		return u, nil
 	}
 	return "", usagef("%s", noDatabase)
-}
-
-// handlerEnv is the environment the functions' handlers are built from,
-// as the Lambda would have it, with their logs and metrics going to out.
-func (g *globalOptions) handlerEnv(out io.Writer) handler.Env {
-	return handler.Env{Getenv: g.lookup, ReadFile: os.ReadFile, Stdout: out}
 }
 
 // connect opens a pool on the configured database — a URL, a Secrets
@@ -86,15 +71,12 @@ func (g *globalOptions) connect(ctx context.Context) (*pgxpool.Pool, *lease.Stor
 // connectWithPool is connect with a default pool size for commands that
 // use many connections at once (OUTBOX_DB_MAX_CONNS still wins).
 func (g *globalOptions) connectWithPool(ctx context.Context, poolSize int32) (*pgxpool.Pool, *lease.Store, error) {
-	if g.lookup(pgconn.EnvDatabaseURL) == "" && g.lookup(pgconn.EnvSecretARN) == "" && g.lookup(pgconn.EnvIAMAuth) == "" {
+	if !config.DatabaseConfigured(g.env()) {
 		return nil, nil, usagef("%s", noDatabase)
 	}
-	cfg, err := pgconn.LoadConfig(g.lookup)
+	cfg, err := config.LoadDatabase(g.env(), poolSize)
 	if err != nil {
 		return nil, nil, usageError{err}
-	}
-	if poolSize > 0 && g.lookup(pgconn.EnvMaxConns) == "" {
-		cfg.MaxConns = poolSize
 	}
 	deps := pgconn.Deps{ApplicationName: "outboxctl", Logger: slog.New(slog.DiscardHandler)}
 	if cfg.Source != pgconn.SourceURL {
@@ -110,7 +92,7 @@ func (g *globalOptions) connectWithPool(ctx context.Context, poolSize int32) (*p
 	return pool, lease.NewStore(pool), nil
 }
 
-func newRootCommand() *cobra.Command { return newRootCommandWithEnv(os.Getenv) }
+func newRootCommand() *cobra.Command { return newRootCommandWithEnv(config.OS().Getenv) }
 
 // newRootCommandWithEnv builds the command tree reading the environment
 // through getenv.

@@ -12,13 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
 	"github.com/outboxkit/dispatcher/shared/sink"
 )
-
-// sinkSecretVariable holds the local sink's signing secret; the demo's
-// routes name it in signing_secret_env, so one variable serves both sides.
-const sinkSecretVariable = "OUTBOX_SINK_SECRET"
 
 // sinkPoolSize bounds the deliveries the sink records at once: each holds a
 // connection and a transaction while it is handled, and the dispatcher sends
@@ -60,10 +57,10 @@ localhost).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if secret == "" {
-				secret = g.lookup(sinkSecretVariable)
+				secret = config.SinkSecret(g.env())
 			}
 			if secret == "" {
-				return usagef("no signing secret: set %s or pass --secret (whsec_… or base64, the one the route's signing_secret_env names)", sinkSecretVariable)
+				return usagef("no signing secret: set %s or pass --secret (whsec_… or base64, the one the route's signing_secret_env names)", config.SinkSecretVariable)
 			}
 			key, err := webhook.ParseSecret(secret)
 			if err != nil {
@@ -110,13 +107,13 @@ localhost).`,
 				}
 				fmt.Fprintf(out, "rejecting payloads with %s (422: the dispatcher dead-letters them)\n", strings.Join(names, " or "))
 			}
-			fmt.Fprintf(out, "route to it: {\"match\":{\"namespace\":\"*\",\"topic\":\"*\"},\"target\":{\"type\":\"http\",\"url\":%q,\"signing_secret_env\":%q}}\n", url, sinkSecretVariable)
+			fmt.Fprintf(out, "route to it: {\"match\":{\"namespace\":\"*\",\"topic\":\"*\"},\"target\":{\"type\":\"http\",\"url\":%q,\"signing_secret_env\":%q}}\n", url, config.SinkSecretVariable)
 			return serveHTTP(ctx, l, receiver)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (port 0: any free port)")
-	f.StringVar(&secret, "secret", "", "the signing secret (default $"+sinkSecretVariable+"; prefer the variable: flags show in ps)")
+	f.StringVar(&secret, "secret", "", "the signing secret (default $"+config.SinkSecretVariable+"; prefer the variable: flags show in ps)")
 	f.StringVar(&table, "dedupe-table", "outbox_sink_dedupe", "the table (name or schema.name) recording handled webhook-ids")
 	f.StringArrayVar(&rejects, "reject-if", nil, "refuse payloads whose top-level FIELD=VALUE, with 422 (repeatable)")
 	f.DurationVar(&delay, "delay", 0, "wait this long before answering each request (a slow endpoint)")

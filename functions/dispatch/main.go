@@ -2,8 +2,9 @@
 // leased batches from the outbox and delivers them to their routes' targets
 // (DESIGN.md §4).
 //
-// Wiring only: the configuration is read and validated, the pool and clients
-// built once per cold start, then the runtime takes over.
+// Wiring only: the configuration is read from the environment and
+// validated, the pool and clients built once per cold start, then the
+// runtime takes over.
 package main
 
 import (
@@ -11,12 +12,17 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 )
 
 func main() {
-	h, closeFn, err := dispatchfn.New(context.Background(), handler.OSEnv())
+	cfg, err := config.LoadDispatch(config.OS())
+	if err != nil {
+		handler.FailInit("dispatch", err)
+	}
+	h, closeFn, err := dispatchfn.New(context.Background(), cfg, handler.Deps{})
 	if err != nil {
 		handler.FailInit("dispatch", err)
 	}

@@ -2,8 +2,9 @@
 // (the default) lists the dead letters a filter selects; a real one moves
 // them back to the queue, audited with an operator and a reason.
 //
-// Wiring only: the configuration is read and validated, the pool and clients
-// built once per cold start, then the runtime takes over.
+// Wiring only: the configuration is read from the environment and
+// validated, the pool and clients built once per cold start, then the
+// runtime takes over.
 package main
 
 import (
@@ -11,11 +12,16 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 )
 
 func main() {
-	h, closeFn, err := handler.NewReplay(context.Background(), handler.OSEnv())
+	cfg, err := config.LoadReplay(config.OS())
+	if err != nil {
+		handler.FailInit("dlq-replay", err)
+	}
+	h, closeFn, err := handler.NewReplay(context.Background(), cfg, handler.Deps{})
 	if err != nil {
 		handler.FailInit("dlq-replay", err)
 	}

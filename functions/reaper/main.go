@@ -2,8 +2,9 @@
 // lease expired, a dispatcher having crashed or overrun, and purges attempts
 // and dedupe keys past their retention.
 //
-// Wiring only: the configuration is read and validated, the pool and clients
-// built once per cold start, then the runtime takes over.
+// Wiring only: the configuration is read from the environment and
+// validated, the pool and clients built once per cold start, then the
+// runtime takes over.
 package main
 
 import (
@@ -11,11 +12,16 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 )
 
 func main() {
-	h, closeFn, err := handler.NewReaper(context.Background(), handler.OSEnv())
+	cfg, err := config.LoadReaper(config.OS())
+	if err != nil {
+		handler.FailInit("reaper", err)
+	}
+	h, closeFn, err := handler.NewReaper(context.Background(), cfg, handler.Deps{})
 	if err != nil {
 		handler.FailInit("reaper", err)
 	}

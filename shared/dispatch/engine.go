@@ -105,7 +105,7 @@ func (e *Engine) SetTracer(t *tracing.Tracer) { e.tracer = t }
 // publisher; a route whose target has none is a configuration error that
 // New reports, so that it fails the cold start rather than a message.
 func New(cfg Config, store Store, routes *route.Table, publishers map[string]publish.Publisher, log *slog.Logger) (*Engine, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -214,8 +214,8 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 	if deadline, ok := ctx.Deadline(); ok {
 		// The lease must outlast everything this invocation may still do.
 		if left := deadline.Sub(start); left+e.cfg.SafetyMargin > e.cfg.Lease {
-			return sum, fmt.Errorf("dispatch: the invocation has %s left but the lease is %s: raise OUTBOX_LEASE above the function timeout plus the %s safety margin",
-				left.Round(time.Millisecond), e.cfg.Lease, e.cfg.SafetyMargin)
+			return sum, fmt.Errorf("dispatch: the invocation has %s left but the lease is %s: raise %s above the function timeout plus the %s safety margin",
+				left.Round(time.Millisecond), e.cfg.Lease, e.cfg.Names.Lease, e.cfg.SafetyMargin)
 		}
 	}
 	r := &run{e: e, ctx: ctx, sum: &sum, workerID: req.WorkerID,

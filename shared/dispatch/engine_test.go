@@ -451,14 +451,14 @@ func TestLeaseMustOutlastTheInvocation(t *testing.T) {
 	f := setup(t)
 	_, err := dispatch.New(dispatch.Config{Lease: 30 * time.Second, FunctionTimeout: 60 * time.Second}, f.store, f.table,
 		map[string]publish.Publisher{f.table.Routes[0].Target.Key(): f.billing, f.table.Routes[1].Target.Key(): f.payment}, nil)
-	if err == nil || !strings.Contains(err.Error(), "OUTBOX_LEASE (30s) must be longer than the function timeout (1m0s)") {
+	if err == nil || !strings.Contains(err.Error(), "Lease (30s) must be longer than the function timeout (1m0s)") {
 		t.Fatalf("New with a short lease: %v", err)
 	}
 	e := f.engine(t, dispatch.Config{Lease: 20 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	f.enqueue(t, 1, billingMsg)
-	if _, err := e.Run(ctx, dispatch.Request{WorkerID: "w"}); err == nil || !strings.Contains(err.Error(), "raise OUTBOX_LEASE") {
+	if _, err := e.Run(ctx, dispatch.Request{WorkerID: "w"}); err == nil || !strings.Contains(err.Error(), "raise Lease above") {
 		t.Fatalf("Run with a deadline beyond the lease: %v", err)
 	}
 	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE lease_token IS NOT NULL`); n != 0 {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/outboxkit/dispatcher/shared/config"
 )
 
 // ConfigError is a cold start that failed on its configuration; its type
@@ -33,7 +35,7 @@ func FailInit(function string, err error) {
 		"error":     cfgErr.Error(),
 	})
 	fmt.Fprintln(os.Stdout, string(line))
-	if api := os.Getenv("AWS_LAMBDA_RUNTIME_API"); api != "" {
+	if api := config.LambdaRuntimeAPI(config.OS()); api != "" {
 		body, _ := json.Marshal(map[string]string{"errorType": "ConfigError", "errorMessage": cfgErr.Error()})
 		req, _ := http.NewRequest(http.MethodPost, "http://"+api+"/2018-06-01/runtime/init/error", bytes.NewReader(body))
 		req.Header.Set("Lambda-Runtime-Function-Error-Type", "ConfigError")

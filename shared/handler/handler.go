@@ -1,6 +1,7 @@
 // Package handler holds what the Lambda functions share — the per-process
 // Runtime (logs, cold start, tracing, metrics), strict event decoding, the
-// cold-start wiring from the environment — and the reaper, dead-letter
+// cold-start wiring from the typed configuration the config package reads
+// from the environment — and the reaper, dead-letter
 // replay and metrics handlers. Each handler takes the raw invocation event,
 // validates it (a malformed event gets an *EventError and changes nothing),
 // does one bounded piece of work and answers a JSON summary (DESIGN.md §4).

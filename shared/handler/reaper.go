@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 )
@@ -35,6 +36,9 @@ type ReaperConfig struct {
 	SafetyMargin time.Duration
 }
 
+// reaperSafetyMargin is the reaper's SafetyMargin.
+const reaperSafetyMargin = 3 * time.Second
+
 // Reaper repairs expired leases and purges what retention allows, in
 // bounded rounds.
 type Reaper struct {
@@ -49,11 +53,11 @@ func ParseReaperEvent(raw []byte) (ReaperEvent, error) {
 	if err := DecodeEvent("reaper", raw, &ev); err != nil {
 		return ev, err
 	}
-	if ev.BatchSize < 0 || ev.BatchSize > 100_000 {
-		return ReaperEvent{}, &EventError{Function: "reaper", Problem: fmt.Sprintf("batch_size must be between 1 and 100000, got %d", ev.BatchSize)}
+	if ev.BatchSize < 0 || ev.BatchSize > config.MaxReaperBatchSize {
+		return ReaperEvent{}, &EventError{Function: "reaper", Problem: fmt.Sprintf("batch_size must be between 1 and %d, got %d", config.MaxReaperBatchSize, ev.BatchSize)}
 	}
-	if ev.MaxRounds < 0 || ev.MaxRounds > 1000 {
-		return ReaperEvent{}, &EventError{Function: "reaper", Problem: fmt.Sprintf("max_rounds must be between 1 and 1000, got %d", ev.MaxRounds)}
+	if ev.MaxRounds < 0 || ev.MaxRounds > config.MaxReaperRounds {
+		return ReaperEvent{}, &EventError{Function: "reaper", Problem: fmt.Sprintf("max_rounds must be between 1 and %d, got %d", config.MaxReaperRounds, ev.MaxRounds)}
 	}
 	return ev, nil
 }

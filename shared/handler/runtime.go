@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 	"github.com/outboxkit/dispatcher/shared/telemetry/logging"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
@@ -28,6 +29,9 @@ type Runtime struct {
 	// MetricsOut receives the Embedded Metric Format documents (stdout in
 	// Lambda, where CloudWatch Logs extracts them).
 	MetricsOut io.Writer
+	// Lambda is what the Lambda runtime says of the function (zero
+	// outside Lambda).
+	Lambda logging.Lambda
 
 	cold logging.ColdStart
 }
@@ -40,7 +44,7 @@ func (rt *Runtime) Begin(ctx context.Context) (*slog.Logger, bool) {
 	if base == nil {
 		base = slog.New(slog.DiscardHandler)
 	}
-	return logging.WithInvocation(ctx, base, cold), cold
+	return logging.WithInvocation(ctx, base, rt.Lambda, cold), cold
 }
 
 // Metrics returns a metrics document for one invocation: dimension
@@ -49,7 +53,7 @@ func (rt *Runtime) Begin(ctx context.Context) (*slog.Logger, bool) {
 func (rt *Runtime) Metrics(ctx context.Context, cold bool) *emf.Logger {
 	ns := rt.MetricsNamespace
 	if ns == "" {
-		ns = "Outbox"
+		ns = config.DefaultMetricsNamespace
 	}
 	m, err := emf.New(ns, emf.Dimension{Name: "FunctionName", Value: rt.FunctionName()})
 	if err != nil {
@@ -81,8 +85,9 @@ func (rt *Runtime) Flush(m *emf.Logger, log *slog.Logger) {
 	}
 }
 
+// FunctionName is the Lambda function's name, or Function outside Lambda.
 func (rt *Runtime) FunctionName() string {
-	if name := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); name != "" {
+	if name := rt.Lambda.FunctionName; name != "" {
 		return name
 	}
 	return rt.Function

@@ -2,7 +2,6 @@ package handler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,28 +10,22 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/pgconn"
-	"github.com/outboxkit/dispatcher/shared/settings"
-	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 	"github.com/outboxkit/dispatcher/shared/telemetry/logging"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
 )
 
-// Env is what a process hands the builders: the environment, and where
-// logs and metrics go. The functions' main packages pass the real ones; the
-// CLI and tests pass their own.
-type Env struct {
-	Getenv   func(string) string
-	ReadFile func(string) ([]byte, error)
-	// Stdout receives the JSON logs and the metrics documents.
+// Deps are what a function's handler is built with besides its
+// configuration; the zero value is what a Lambda function uses.
+type Deps struct {
+	// Stdout receives the JSON logs and the metrics documents (nil:
+	// os.Stdout).
 	Stdout io.Writer
 	// AWS, when set, is used instead of the SDK's default configuration.
 	AWS *aws.Config
 }
-
-// OSEnv is the process's real environment.
-func OSEnv() Env { return Env{Getenv: os.Getenv, ReadFile: os.ReadFile, Stdout: os.Stdout} }
 
 // Common is what every function builds at its cold start: the runtime,
 // the pool, the store and the AWS configuration.
@@ -50,46 +43,31 @@ func (c *Common) Close() {
 	}
 }
 
-// LoadCommon reads every shared setting — logging, metrics, database — and
-// reports all problems at once, before anything connects.
-func LoadCommon(function string, env Env) (pgconn.Config, *Runtime, []error) {
-	var problems []error
-	level, err := logging.LevelFromEnv(env.Getenv)
-	if err != nil {
-		problems = append(problems, err)
-	}
-	r := settings.NewReader(env.Getenv)
-	namespace := r.String("OUTBOX_METRICS_NAMESPACE")
-	if _, err := emf.New(namespace); err != nil {
-		r.Fail("OUTBOX_METRICS_NAMESPACE", "is not a CloudWatch namespace: %v", err)
-	}
-	if err := r.Err(); err != nil {
-		problems = append(problems, err)
-	}
-	dbCfg, err := pgconn.LoadConfig(env.Getenv)
-	if err != nil {
-		problems = append(problems, err)
-	}
-	out := env.Stdout
+// NewRuntime builds the runtime of a function: its logger, tracer and
+// metrics destination.
+func NewRuntime(function string, cfg config.Function, deps Deps) *Runtime {
+	out := deps.Stdout
 	if out == nil {
 		out = os.Stdout
 	}
 	rt := &Runtime{
 		Function:         function,
-		Log:              logging.New(out, function, level),
-		Tracer:           tracing.New(env.Getenv),
-		MetricsNamespace: namespace,
+		Log:              logging.New(out, function, cfg.LogLevel),
+		Tracer:           tracing.New(cfg.Tracing),
+		MetricsNamespace: cfg.MetricsNamespace,
 		MetricsOut:       out,
+		Lambda:           cfg.Lambda,
 	}
-	return dbCfg, rt, problems
+	rt.cold.Provisioned = cfg.Lambda.Provisioned
+	return rt
 }
 
 // Connect opens the pool (with query tracing) and loads the AWS
 // configuration, once per cold start.
-func Connect(ctx context.Context, function string, env Env, dbCfg pgconn.Config, rt *Runtime, ceiling int) (*Common, error) {
+func Connect(ctx context.Context, function string, cfg config.Function, deps Deps, rt *Runtime, ceiling int) (*Common, error) {
 	var awsCfg aws.Config
-	if env.AWS != nil {
-		awsCfg = env.AWS.Copy()
+	if deps.AWS != nil {
+		awsCfg = deps.AWS.Copy()
 	} else {
 		var err error
 		if awsCfg, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
@@ -97,7 +75,7 @@ func Connect(ctx context.Context, function string, env Env, dbCfg pgconn.Config,
 		}
 	}
 	rt.Tracer.InstrumentAWS(&awsCfg)
-	pool, err := pgconn.Open(ctx, dbCfg, pgconn.Deps{
+	pool, err := pgconn.Open(ctx, cfg.Database, pgconn.Deps{
 		AWS: awsCfg, ApplicationName: "outbox-dispatcher/" + function, Logger: rt.Log,
 		ConfigurePool: func(c *pgxpool.Config) { c.ConnConfig.Tracer = rt.Tracer.PgxTracer() },
 	})
@@ -106,62 +84,45 @@ func Connect(ctx context.Context, function string, env Env, dbCfg pgconn.Config,
 	}
 	store := lease.NewStore(pool)
 	store.AttemptCeiling = ceiling
-	rt.Log.Info("cold start", "tracing", rt.Tracer.Enabled(), "tracing_reason", rt.Tracer.Reason(), "database", dbCfg.String())
+	rt.Log.Info("cold start", "tracing", rt.Tracer.Enabled(), "tracing_reason", rt.Tracer.Reason(), "database", cfg.Database.String())
 	return &Common{RT: rt, Pool: pool, Store: store, AWS: awsCfg}, nil
 }
 
-// NewReaper builds the reaper handler from the environment.
-func NewReaper(ctx context.Context, env Env) (*Reaper, func(), error) {
+// NewReaper builds the reaper handler.
+func NewReaper(ctx context.Context, cfg config.Reaper, deps Deps) (*Reaper, func(), error) {
 	const function = "reaper"
-	dbCfg, rt, problems := LoadCommon(function, env)
-	cfg, ceiling, err := LoadReaperSettings(env.Getenv)
-	if err != nil {
-		problems = append(problems, err)
-	}
-	if len(problems) > 0 {
-		return nil, nil, errors.Join(problems...)
-	}
-	c, err := Connect(ctx, function, env, dbCfg, rt, ceiling)
+	rt := NewRuntime(function, cfg.Function, deps)
+	c, err := Connect(ctx, function, cfg.Function, deps, rt, cfg.AttemptCeiling)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.WorkerPrefix = rt.FunctionName()
-	return &Reaper{Store: c.Store, Config: cfg, RT: rt}, c.Close, nil
+	return &Reaper{Store: c.Store, RT: rt, Config: ReaperConfig{
+		WorkerPrefix: rt.FunctionName(),
+		BatchSize:    cfg.BatchSize,
+		MaxRounds:    cfg.MaxRounds,
+		Retention:    cfg.Retention,
+		SafetyMargin: reaperSafetyMargin,
+	}}, c.Close, nil
 }
 
-// NewReplay builds the dead-letter replay handler from the environment.
-func NewReplay(ctx context.Context, env Env) (*Replay, func(), error) {
+// NewReplay builds the dead-letter replay handler.
+func NewReplay(ctx context.Context, cfg config.Replay, deps Deps) (*Replay, func(), error) {
 	const function = "dlq-replay"
-	dbCfg, rt, problems := LoadCommon(function, env)
-	maxLimit, err := LoadReplaySettings(env.Getenv)
-	if err != nil {
-		problems = append(problems, err)
-	}
-	if len(problems) > 0 {
-		return nil, nil, errors.Join(problems...)
-	}
-	c, err := Connect(ctx, function, env, dbCfg, rt, 0)
+	rt := NewRuntime(function, cfg.Function, deps)
+	c, err := Connect(ctx, function, cfg.Function, deps, rt, 0)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &Replay{Store: c.Store, MaxLimit: maxLimit, WorkerPrefix: rt.FunctionName(), RT: rt}, c.Close, nil
+	return &Replay{Store: c.Store, MaxLimit: cfg.MaxLimit, WorkerPrefix: rt.FunctionName(), RT: rt}, c.Close, nil
 }
 
-// NewMetrics builds the metrics exporter's handler from the environment.
-func NewMetrics(ctx context.Context, env Env) (*Metrics, func(), error) {
+// NewMetrics builds the metrics exporter's handler.
+func NewMetrics(ctx context.Context, cfg config.Metrics, deps Deps) (*Metrics, func(), error) {
 	const function = "metrics"
-	dbCfg, rt, problems := LoadCommon(function, env)
-	r := settings.NewReader(env.Getenv)
-	topN := r.Int("OUTBOX_METRICS_TOP_N", 1, 100)
-	if err := r.Err(); err != nil {
-		problems = append(problems, err)
-	}
-	if len(problems) > 0 {
-		return nil, nil, errors.Join(problems...)
-	}
-	c, err := Connect(ctx, function, env, dbCfg, rt, 0)
+	rt := NewRuntime(function, cfg.Function, deps)
+	c, err := Connect(ctx, function, cfg.Function, deps, rt, 0)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &Metrics{Store: c.Store, TopN: topN, RT: rt}, c.Close, nil
+	return &Metrics{Store: c.Store, TopN: cfg.TopN, RT: rt}, c.Close, nil
 }

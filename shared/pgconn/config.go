@@ -14,24 +14,46 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The environment variables LoadConfig reads. Every configuration error
-// names one of them.
-const (
-	EnvDatabaseURL              = "OUTBOX_DATABASE_URL"
-	EnvSecretARN                = "OUTBOX_DB_SECRET_ARN"
-	EnvIAMAuth                  = "OUTBOX_DB_IAM_AUTH"
-	EnvHost                     = "OUTBOX_DB_HOST"
-	EnvPort                     = "OUTBOX_DB_PORT"
-	EnvDatabaseName             = "OUTBOX_DB_NAME"
-	EnvUser                     = "OUTBOX_DB_USER"
-	EnvSSLMode                  = "OUTBOX_DB_SSLMODE"
-	EnvSSLRootCert              = "OUTBOX_DB_SSLROOTCERT"
-	EnvMaxConns                 = "OUTBOX_DB_MAX_CONNS"
-	EnvSimpleProtocol           = "OUTBOX_DB_SIMPLE_PROTOCOL"
-	EnvStatementTimeout         = "OUTBOX_DB_STATEMENT_TIMEOUT"
-	EnvIdleInTransactionTimeout = "OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT"
-	EnvConnectTimeout           = "OUTBOX_DB_CONNECT_TIMEOUT"
-)
+// Names are what the operator calls the settings that messages point at:
+// a validation problem names its setting, a failed Open its source. The
+// config package, which builds a Config from the environment, names them
+// after their environment variables; a zero field is the Config field's Go
+// name.
+type Names struct {
+	DatabaseURL string
+	SecretARN   string
+	// IAM names the choice of SourceIAM (an environment says
+	// OUTBOX_DB_IAM_AUTH=true; the default is "Source=iam").
+	IAM                      string
+	Host                     string
+	Port                     string
+	Database                 string
+	User                     string
+	SSLMode                  string
+	SSLRootCert              string
+	MaxConns                 string
+	StatementTimeout         string
+	IdleInTransactionTimeout string
+	ConnectTimeout           string
+}
+
+func (n Names) withDefaults() Names {
+	for _, f := range []struct {
+		name *string
+		def  string
+	}{
+		{&n.DatabaseURL, "DatabaseURL"}, {&n.SecretARN, "SecretARN"}, {&n.IAM, "Source=" + string(SourceIAM)},
+		{&n.Host, "Host"}, {&n.Port, "Port"}, {&n.Database, "Database"}, {&n.User, "User"},
+		{&n.SSLMode, "SSLMode"}, {&n.SSLRootCert, "SSLRootCert"}, {&n.MaxConns, "MaxConns"},
+		{&n.StatementTimeout, "StatementTimeout"}, {&n.IdleInTransactionTimeout, "IdleInTransactionTimeout"},
+		{&n.ConnectTimeout, "ConnectTimeout"},
+	} {
+		if *f.name == "" {
+			*f.name = f.def
+		}
+	}
+	return n
+}
 
 // Defaults for the optional settings; a zero field in Config takes these.
 const (
@@ -53,7 +75,7 @@ const (
 
 // Limits on the settings.
 const (
-	// MaxMaxConns caps OUTBOX_DB_MAX_CONNS: every Lambda execution
+	// MaxMaxConns caps MaxConns: every Lambda execution
 	// environment holds its own pool, so the server sees this times the
 	// function's concurrency.
 	MaxMaxConns = 100
@@ -63,7 +85,7 @@ const (
 	// MaxSessionTimeout caps the statement and idle-in-transaction
 	// timeouts.
 	MaxSessionTimeout = 24 * time.Hour
-	// MaxConnectTimeout caps OUTBOX_DB_CONNECT_TIMEOUT.
+	// MaxConnectTimeout caps ConnectTimeout.
 	MaxConnectTimeout = 5 * time.Minute
 )
 
@@ -72,14 +94,14 @@ type Source string
 
 // The database sources; a Config has exactly one.
 const (
-	// SourceURL connects with a connection string (EnvDatabaseURL).
+	// SourceURL connects with a connection string (DatabaseURL).
 	SourceURL Source = "url"
 	// SourceSecretsManager reads an RDS secret from Secrets Manager
-	// (EnvSecretARN), and reads it again when the database rejects the
+	// (SecretARN), and reads it again when the database rejects the
 	// password, so that a rotation heals without a restart.
 	SourceSecretsManager Source = "secretsmanager"
 	// SourceIAM authenticates with a fresh RDS IAM auth token per connection
-	// (EnvIAMAuth).
+	// (Host, Port, Database, User).
 	SourceIAM Source = "iam"
 )
 
@@ -147,6 +169,9 @@ type Config struct {
 	// ConnectTimeout bounds each connection attempt and each secret fetch
 	// (0: DefaultConnectTimeout).
 	ConnectTimeout time.Duration
+
+	// Names names the settings in error messages; it is not printed.
+	Names Names
 }
 
 // String summarises the configuration on one line, without secrets.
@@ -204,19 +229,19 @@ func (c Config) LogValue() slog.Value {
 
 // Problem is one thing wrong with the configuration.
 type Problem struct {
-	// Variable is the environment variable at fault ("" when the problem is
-	// that no source is set at all).
-	Variable string
+	// Setting is the setting at fault, by its name in Config.Names (""
+	// when the problem is that no source is set at all).
+	Setting string
 	// Message says what is wrong and, where it helps, what to do.
 	Message string
 }
 
-// String is "VARIABLE: message".
+// String is "Setting: message".
 func (p Problem) String() string {
-	if p.Variable == "" {
+	if p.Setting == "" {
 		return p.Message
 	}
-	return p.Variable + ": " + p.Message
+	return p.Setting + ": " + p.Message
 }
 
 // ConfigError lists every problem found in a configuration, so that one
@@ -225,8 +250,8 @@ type ConfigError struct {
 	Problems []Problem
 }
 
-// Error lists the problems on one line, so that a log search for the
-// variable's name finds it.
+// Error lists the problems on one line, so that a log search for a
+// setting's name finds it.
 func (e *ConfigError) Error() string {
 	parts := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
@@ -237,8 +262,8 @@ func (e *ConfigError) Error() string {
 
 type problems []Problem
 
-func (ps *problems) add(variable, format string, args ...any) {
-	*ps = append(*ps, Problem{Variable: variable, Message: fmt.Sprintf(format, args...)})
+func (ps *problems) add(setting, format string, args ...any) {
+	*ps = append(*ps, Problem{Setting: setting, Message: fmt.Sprintf(format, args...)})
 }
 
 func (ps problems) err() error {
@@ -248,89 +273,45 @@ func (ps problems) err() error {
 	return &ConfigError{Problems: ps}
 }
 
-// LoadConfig reads the database configuration from the environment (pass
-// os.Getenv) and validates it. An empty variable counts as unset. The error,
-// a *ConfigError, lists every problem at once, each naming its variable; it
-// never contains the password of a connection string.
-func LoadConfig(getenv func(string) string) (Config, error) {
-	var ps problems
-	cfg := Config{
-		DatabaseURL: ConnString(getenv(EnvDatabaseURL)),
-		SecretARN:   getenv(EnvSecretARN),
-		Host:        getenv(EnvHost),
-		Database:    getenv(EnvDatabaseName),
-		User:        getenv(EnvUser),
-		SSLMode:     getenv(EnvSSLMode),
-		SSLRootCert: getenv(EnvSSLRootCert),
-	}
-	iam := parseBool(&ps, getenv, EnvIAMAuth)
-	cfg.SimpleProtocol = parseBool(&ps, getenv, EnvSimpleProtocol)
-	if v := getenv(EnvPort); v != "" {
-		n, err := strconv.ParseUint(v, 10, 16)
-		if err != nil || n == 0 {
-			ps.add(EnvPort, "must be a port number from 1 to 65535, got %s", quoteValue(v))
-		} else {
-			cfg.Port = uint16(n)
-		}
-	}
-	if v := getenv(EnvMaxConns); v != "" {
-		n, err := strconv.ParseInt(v, 10, 32)
-		switch {
-		case err != nil:
-			ps.add(EnvMaxConns, "must be an integer from 1 to %d, got %s", MaxMaxConns, quoteValue(v))
-		case n < 1 || n > MaxMaxConns:
-			ps.add(EnvMaxConns, "must be from 1 to %d, got %d", MaxMaxConns, n)
-		default:
-			cfg.MaxConns = int32(n)
-		}
-	}
-	cfg.StatementTimeout = parseDuration(&ps, getenv, EnvStatementTimeout, MaxSessionTimeout)
-	cfg.IdleInTransactionTimeout = parseDuration(&ps, getenv, EnvIdleInTransactionTimeout, MaxSessionTimeout)
-	cfg.ConnectTimeout = parseDuration(&ps, getenv, EnvConnectTimeout, MaxConnectTimeout)
-
-	// The source: exactly one of three.
-	var set []string
-	if cfg.DatabaseURL != "" {
-		set = append(set, EnvDatabaseURL)
-		cfg.Source = SourceURL
-	}
-	if cfg.SecretARN != "" {
-		set = append(set, EnvSecretARN)
-		cfg.Source = SourceSecretsManager
-	}
-	if iam {
-		set = append(set, EnvIAMAuth+"=true")
-		cfg.Source = SourceIAM
-	}
-	cfg = cfg.withDefaults()
-	ps = append(ps, cfg.settingProblems()...)
-	switch len(set) {
-	case 0:
-		ps = append(ps, Problem{Message: noSourceMessage})
-	case 1:
-		ps = append(ps, cfg.sourceProblems()...)
-	default:
-		ps.add(set[0], "conflicts with %s: set exactly one database source", strings.Join(set[1:], " and "))
-	}
-	if err := ps.err(); err != nil {
-		return Config{}, err
-	}
-	return cfg, nil
-}
-
-const noSourceMessage = "no database configured: set " + EnvDatabaseURL + " (a connection string), or " +
-	EnvSecretARN + " (a Secrets Manager secret in the RDS format), or " + EnvIAMAuth + "=true with " +
-	EnvHost + ", " + EnvDatabaseName + " and " + EnvUser + " (RDS IAM authentication)"
-
-// Validate checks a configuration built by hand (LoadConfig's result is
-// already valid); zero optional fields count as their defaults. Open calls it.
+// Validate reports every problem of the configuration at once, as a
+// *ConfigError naming each setting by Names; zero optional fields count as
+// their defaults. Open calls it.
 func (c Config) Validate() error {
-	c = c.withDefaults()
-	return append(c.settingProblems(), c.sourceProblems()...).err()
+	c = c.WithDefaults()
+	ps := c.settingProblems()
+	if sources := c.sources(); len(sources) > 1 {
+		ps.add(sources[0], "conflicts with %s: set exactly one database source", strings.Join(sources[1:], " and "))
+	} else {
+		ps = append(ps, c.sourceProblems()...)
+	}
+	return ps.err()
 }
 
-// withDefaults fills the zero optional fields.
-func (c Config) withDefaults() Config {
+// sources names every source the configuration holds: more than one is a
+// conflict, whichever Source says.
+func (c Config) sources() []string {
+	var set []string
+	if c.DatabaseURL != "" {
+		set = append(set, c.Names.DatabaseURL)
+	}
+	if c.SecretARN != "" {
+		set = append(set, c.Names.SecretARN)
+	}
+	if c.Source == SourceIAM {
+		set = append(set, c.Names.IAM)
+	}
+	return set
+}
+
+func (c Config) noSourceMessage() string {
+	n := c.Names
+	return "no database configured: set " + n.DatabaseURL + " (a connection string), or " +
+		n.SecretARN + " (a Secrets Manager secret in the RDS format), or " + n.IAM + " with " +
+		n.Host + ", " + n.Database + " and " + n.User + " (RDS IAM authentication)"
+}
+
+// WithDefaults fills the zero optional fields, and the names.
+func (c Config) WithDefaults() Config {
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
 	}
@@ -349,6 +330,7 @@ func (c Config) withDefaults() Config {
 	if (c.Source == SourceIAM || c.Source == SourceSecretsManager) && c.SSLMode == "" {
 		c.SSLMode = DefaultSSLMode
 	}
+	c.Names = c.Names.withDefaults()
 	return c
 }
 
@@ -358,14 +340,15 @@ var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "v
 // defaults are filled.
 func (c Config) settingProblems() problems {
 	var ps problems
+	n := c.Names
 	if c.MaxConns < 1 || c.MaxConns > MaxMaxConns {
-		ps.add(EnvMaxConns, "must be from 1 to %d, got %d", MaxMaxConns, c.MaxConns)
+		ps.add(n.MaxConns, "must be from 1 to %d, got %d", MaxMaxConns, c.MaxConns)
 	}
-	checkTimeout(&ps, EnvStatementTimeout, c.StatementTimeout, MaxSessionTimeout)
-	checkTimeout(&ps, EnvIdleInTransactionTimeout, c.IdleInTransactionTimeout, MaxSessionTimeout)
-	checkTimeout(&ps, EnvConnectTimeout, c.ConnectTimeout, MaxConnectTimeout)
+	checkTimeout(&ps, n.StatementTimeout, c.StatementTimeout, MaxSessionTimeout)
+	checkTimeout(&ps, n.IdleInTransactionTimeout, c.IdleInTransactionTimeout, MaxSessionTimeout)
+	checkTimeout(&ps, n.ConnectTimeout, c.ConnectTimeout, MaxConnectTimeout)
 	if c.SSLMode != "" && !slices.Contains(sslModes, c.SSLMode) {
-		ps.add(EnvSSLMode, "must be one of %s, got %s", strings.Join(sslModes, ", "), quoteValue(c.SSLMode))
+		ps.add(n.SSLMode, "must be one of %s, got %s", strings.Join(sslModes, ", "), QuoteValue(c.SSLMode))
 	}
 	return ps
 }
@@ -373,18 +356,19 @@ func (c Config) settingProblems() problems {
 // sourceProblems checks the source and the settings that belong to it.
 func (c Config) sourceProblems() problems {
 	var ps problems
+	n := c.Names
 
 	// Settings that the source would silently ignore are errors: an
 	// operator who set them expects them to matter.
-	ignored := func(variable, value, why string) {
+	ignored := func(setting, value, why string) {
 		if value != "" {
-			ps.add(variable, "has no effect with %s: %s", sourceVariable(c.Source), why)
+			ps.add(setting, "has no effect with %s: %s", c.sourceName(), why)
 		}
 	}
 	switch c.Source {
 	case SourceURL:
 		if c.DatabaseURL == "" {
-			ps.add(EnvDatabaseURL, "is empty")
+			ps.add(n.DatabaseURL, "is empty")
 		} else if _, err := pgxpool.ParseConfig(urlConnString(c.withValidSSLMode())); err != nil {
 			// pgx's message shows the string with the password masked as
 			// best it can; scrub what it may have missed (a URL parse
@@ -393,39 +377,39 @@ func (c Config) sourceProblems() problems {
 			if secrets, ok := connStringSecrets(string(c.DatabaseURL)); ok {
 				detail = scrub(err.Error(), secrets...)
 			}
-			ps.add(EnvDatabaseURL, "is not a valid PostgreSQL connection string: %s", detail)
+			ps.add(n.DatabaseURL, "is not a valid PostgreSQL connection string: %s", detail)
 		}
 		const why = "put it in the connection string"
-		ignored(EnvHost, c.Host, why)
-		ignored(EnvPort, portString(c.Port), why)
-		ignored(EnvDatabaseName, c.Database, why)
-		ignored(EnvUser, c.User, why)
-		ignored(EnvSSLRootCert, c.SSLRootCert, "put sslrootcert in the connection string")
+		ignored(n.Host, c.Host, why)
+		ignored(n.Port, portString(c.Port), why)
+		ignored(n.Database, c.Database, why)
+		ignored(n.User, c.User, why)
+		ignored(n.SSLRootCert, c.SSLRootCert, "put sslrootcert in the connection string")
 	case SourceSecretsManager:
 		if err := checkSecretARN(c.SecretARN); err != nil {
-			ps.add(EnvSecretARN, "%v", err)
+			ps.add(n.SecretARN, "%v", err)
 		}
 		if c.Host != "" {
-			checkHost(&ps, c.Host)
+			c.checkHost(&ps)
 		}
-		ignored(EnvUser, c.User, "the user comes from the secret")
+		ignored(n.User, c.User, "the user comes from the secret")
 	case SourceIAM:
 		if c.Host == "" {
-			ps.add(EnvHost, "is required with %s=true (the database or RDS Proxy endpoint)", EnvIAMAuth)
+			ps.add(n.Host, "is required with %s (the database or RDS Proxy endpoint)", n.IAM)
 		} else {
-			checkHost(&ps, c.Host)
+			c.checkHost(&ps)
 		}
 		if c.Database == "" {
-			ps.add(EnvDatabaseName, "is required with %s=true", EnvIAMAuth)
+			ps.add(n.Database, "is required with %s", n.IAM)
 		}
 		if c.User == "" {
-			ps.add(EnvUser, "is required with %s=true (a database user granted rds_iam)", EnvIAMAuth)
+			ps.add(n.User, "is required with %s (a database user granted rds_iam)", n.IAM)
 		}
 		if slices.Contains([]string{"disable", "allow", "prefer"}, c.SSLMode) {
-			ps.add(EnvSSLMode, "must be require, verify-ca or verify-full with %s=true: RDS refuses IAM authentication without TLS, got %s", EnvIAMAuth, quoteValue(c.SSLMode))
+			ps.add(n.SSLMode, "must be require, verify-ca or verify-full with %s: RDS refuses IAM authentication without TLS, got %s", n.IAM, QuoteValue(c.SSLMode))
 		}
 	default:
-		ps = append(ps, Problem{Message: noSourceMessage})
+		ps = append(ps, Problem{Message: c.noSourceMessage()})
 	}
 	return ps
 }
@@ -439,22 +423,22 @@ func (c Config) withValidSSLMode() Config {
 	return c
 }
 
-// sourceVariable names the variable that selects a source.
-func sourceVariable(s Source) string {
-	switch s {
+// sourceName names the setting that selects the source.
+func (c Config) sourceName() string {
+	switch c.Source {
 	case SourceURL:
-		return EnvDatabaseURL
+		return c.Names.DatabaseURL
 	case SourceSecretsManager:
-		return EnvSecretARN
+		return c.Names.SecretARN
 	case SourceIAM:
-		return EnvIAMAuth + "=true"
+		return c.Names.IAM
 	}
-	return string(s)
+	return string(c.Source)
 }
 
-func checkTimeout(ps *problems, variable string, d, maximum time.Duration) {
+func checkTimeout(ps *problems, setting string, d, maximum time.Duration) {
 	if d < MinTimeout || d > maximum {
-		ps.add(variable, "must be from %s to %s, got %s", MinTimeout, maximum, d)
+		ps.add(setting, "must be from %s to %s, got %s", MinTimeout, maximum, d)
 	}
 }
 
@@ -463,9 +447,9 @@ func checkTimeout(ps *problems, variable string, d, maximum time.Duration) {
 // would be misread when the host is put into a URL or signed into a token.
 var hostPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
 
-func checkHost(ps *problems, host string) {
-	if err := validHost(host); err != nil {
-		ps.add(EnvHost, "%v", err)
+func (c Config) checkHost(ps *problems) {
+	if err := validHost(c.Host); err != nil {
+		ps.add(c.Names.Host, "%v", err)
 	}
 }
 
@@ -473,7 +457,7 @@ func validHost(host string) error {
 	if hostPattern.MatchString(host) || net.ParseIP(host) != nil {
 		return nil
 	}
-	return fmt.Errorf("must be a host name or IP address, got %s", quoteValue(host))
+	return fmt.Errorf("must be a host name or IP address, got %s", QuoteValue(host))
 }
 
 // checkSecretARN accepts only a full secret ARN: the region in it decides
@@ -482,17 +466,17 @@ func validHost(host string) error {
 func checkSecretARN(s string) error {
 	a, err := arn.Parse(s)
 	if err != nil {
-		return fmt.Errorf("must be a Secrets Manager secret ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>), got %s", quoteValue(s))
+		return fmt.Errorf("must be a Secrets Manager secret ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>), got %s", QuoteValue(s))
 	}
 	switch {
 	case a.Service != "secretsmanager":
 		return fmt.Errorf("must be a Secrets Manager secret ARN, got an ARN of service %q", a.Service)
 	case a.Region == "":
-		return fmt.Errorf("must name a region, got %s", quoteValue(s))
+		return fmt.Errorf("must name a region, got %s", QuoteValue(s))
 	case !isAccountID(a.AccountID):
-		return fmt.Errorf("must name a 12-digit account id, got %s", quoteValue(s))
+		return fmt.Errorf("must name a 12-digit account id, got %s", QuoteValue(s))
 	case !strings.HasPrefix(a.Resource, "secret:") || len(a.Resource) == len("secret:"):
-		return fmt.Errorf("must name a secret (…:secret:<name>), got %s", quoteValue(s))
+		return fmt.Errorf("must name a secret (…:secret:<name>), got %s", QuoteValue(s))
 	}
 	return nil
 }
@@ -509,41 +493,9 @@ func isAccountID(s string) bool {
 	return true
 }
 
-// parseBool accepts exactly true, false, 1 and 0: a typo such as "ture" or
-// "yes" must fail the cold start, not quietly mean false.
-func parseBool(ps *problems, getenv func(string) string, variable string) bool {
-	switch v := getenv(variable); v {
-	case "", "false", "0":
-		return false
-	case "true", "1":
-		return true
-	default:
-		ps.add(variable, "must be true, false, 1 or 0, got %s", quoteValue(v))
-		return false
-	}
-}
-
-// parseDuration returns 0 (the default) when the variable is unset or bad.
-func parseDuration(ps *problems, getenv func(string) string, variable string, maximum time.Duration) time.Duration {
-	v := getenv(variable)
-	if v == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		ps.add(variable, "must be a Go duration such as 300ms, 30s or 1m, got %s", quoteValue(v))
-		return 0
-	}
-	if d < MinTimeout || d > maximum {
-		ps.add(variable, "must be from %s to %s, got %s", MinTimeout, maximum, quoteValue(v))
-		return 0
-	}
-	return d
-}
-
-// quoteValue quotes a (non-secret) value for an error message, cut short so
+// QuoteValue quotes a (non-secret) value for an error message, cut short so
 // that a pasted blob does not flood the log.
-func quoteValue(v string) string {
+func QuoteValue(v string) string {
 	const limit = 80
 	if len(v) > limit {
 		return strconv.Quote(v[:limit]) + "…"

@@ -23,22 +23,9 @@ import (
 	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
 
-func loadIAMConfig(t *testing.T, srv testServer, vars map[string]string) pgconn.Config {
-	t.Helper()
-	all := map[string]string{
-		pgconn.EnvIAMAuth:      "true",
-		pgconn.EnvHost:         srv.host,
-		pgconn.EnvPort:         strconv.Itoa(int(srv.port)),
-		pgconn.EnvDatabaseName: srv.db.Name,
-		pgconn.EnvUser:         srv.role,
-	}
-	for k, v := range vars {
-		all[k] = v
-	}
-	cfg, err := pgconn.LoadConfig(env(all))
-	if err != nil {
-		t.Fatal(err)
-	}
+// iamConfig is the IAM source on srv, with cfg's other settings.
+func iamConfig(srv testServer, cfg pgconn.Config) pgconn.Config {
+	cfg.Source, cfg.Host, cfg.Port, cfg.Database, cfg.User = pgconn.SourceIAM, srv.host, srv.port, srv.db.Name, srv.role
 	return cfg
 }
 
@@ -84,7 +71,7 @@ func TestIAMAuthTokenPerConnection(t *testing.T) {
 		return static.Retrieve(ctx)
 	})
 	var recorder passwordRecorder
-	pool, err := pgconn.Open(context.Background(), loadIAMConfig(t, srv, nil), pgconn.Deps{
+	pool, err := pgconn.Open(context.Background(), iamConfig(srv, pgconn.Config{}), pgconn.Deps{
 		AWS:           aws.Config{Region: "eu-west-1", Credentials: counting},
 		ConfigurePool: recorder.install,
 	})
@@ -175,11 +162,12 @@ func checkRDSAuthToken(t *testing.T, token, endpoint, user, region string, creds
 func TestIAMAuthErrors(t *testing.T) {
 	t.Parallel()
 	srv := newTestServer(t)
-	cfg := loadIAMConfig(t, srv, nil)
+	// Names name the source in the errors, as the config package's do.
+	cfg := iamConfig(srv, pgconn.Config{Names: pgconn.Names{IAM: "DB_IAM_AUTH=true"}})
 	static := credentials.NewStaticCredentialsProvider("AKIDIAMTEST", "iam-test-secret-key", "")
 
 	_, err := pgconn.Open(context.Background(), cfg, pgconn.Deps{AWS: aws.Config{Credentials: static}})
-	if err == nil || !strings.Contains(err.Error(), "OUTBOX_DB_IAM_AUTH=true) needs an AWS region") {
+	if err == nil || !strings.Contains(err.Error(), "(DB_IAM_AUTH=true) needs an AWS region") {
 		t.Errorf("no region: err = %v", err)
 	}
 	_, err = pgconn.Open(context.Background(), cfg, pgconn.Deps{AWS: aws.Config{Region: "eu-west-1"}})
@@ -187,9 +175,9 @@ func TestIAMAuthErrors(t *testing.T) {
 		t.Errorf("no credentials: err = %v", err)
 	}
 
-	_, err = pgconn.Open(context.Background(), loadIAMConfig(t, srv, map[string]string{pgconn.EnvSSLMode: "verify-full", pgconn.EnvSSLRootCert: "/nonexistent/global-bundle.pem"}),
+	_, err = pgconn.Open(context.Background(), iamConfig(srv, pgconn.Config{SSLMode: "verify-full", SSLRootCert: "/nonexistent/global-bundle.pem"}),
 		pgconn.Deps{AWS: aws.Config{Region: "eu-west-1", Credentials: static}})
-	if err == nil || !strings.Contains(err.Error(), pgconn.EnvSSLRootCert+": cannot read the CA bundle") {
+	if err == nil || !strings.Contains(err.Error(), "SSLRootCert: cannot read the CA bundle") {
 		t.Errorf("missing CA bundle: err = %v", err)
 	}
 
@@ -199,7 +187,7 @@ func TestIAMAuthErrors(t *testing.T) {
 	if !errors.Is(err, expired) {
 		t.Fatalf("failing credentials: err = %v, want it to wrap %v", err, expired)
 	}
-	for _, want := range []string{"build an RDS IAM auth token for user " + strconv.Quote(srv.role), "OUTBOX_DB_IAM_AUTH=true"} {
+	for _, want := range []string{"build an RDS IAM auth token for user " + strconv.Quote(srv.role), "DB_IAM_AUTH=true"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not contain %q:\n%v", want, err)
 		}

@@ -60,7 +60,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*pgxpool.Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	c, err := newConnector(ctx, cfg, deps)
 	if err != nil {
 		return nil, err
@@ -103,16 +103,16 @@ func newConnector(ctx context.Context, cfg Config, deps Deps) (*connector, error
 	}
 	if cfg.SSLRootCert != "" {
 		if _, err := os.Stat(cfg.SSLRootCert); err != nil {
-			return nil, fmt.Errorf("pgconn: %s: cannot read the CA bundle: %w", EnvSSLRootCert, err)
+			return nil, fmt.Errorf("pgconn: %s: cannot read the CA bundle: %w", cfg.Names.SSLRootCert, err)
 		}
 	}
 	switch cfg.Source {
 	case SourceURL:
 		c.connString = urlConnString(cfg)
-		c.target = EnvDatabaseURL + "=" + Redact(c.connString)
+		c.target = cfg.Names.DatabaseURL + "=" + Redact(c.connString)
 
 	case SourceSecretsManager:
-		c.secrets = &secretSource{arn: cfg.SecretARN, client: deps.SecretsManager, timeout: cfg.ConnectTimeout, logger: c.logger}
+		c.secrets = &secretSource{arn: cfg.SecretARN, name: cfg.Names.SecretARN, client: deps.SecretsManager, timeout: cfg.ConnectTimeout, logger: c.logger}
 		if c.secrets.client == nil {
 			// The ARN's region, not the function's: a secret may live in
 			// another region, and a full ARN only resolves at its own.
@@ -129,31 +129,32 @@ func newConnector(ctx context.Context, cfg Config, deps Deps) (*connector, error
 		}
 		c.connString = buildConnString(secret.Username, host, port, database, cfg)
 		c.target = fmt.Sprintf("%s=%s user=%s host=%s port=%d database=%s sslmode=%s",
-			EnvSecretARN, cfg.SecretARN, secret.Username, host, port, database, cfg.SSLMode)
+			cfg.Names.SecretARN, cfg.SecretARN, secret.Username, host, port, database, cfg.SSLMode)
 
 	case SourceIAM:
 		if deps.AWS.Region == "" {
-			return nil, fmt.Errorf("pgconn: RDS IAM authentication (%s=true) needs an AWS region to sign tokens in: set AWS_REGION", EnvIAMAuth)
+			return nil, fmt.Errorf("pgconn: RDS IAM authentication (%s) needs an AWS region to sign tokens in: set AWS_REGION", cfg.Names.IAM)
 		}
 		if deps.AWS.Credentials == nil {
-			return nil, fmt.Errorf("pgconn: RDS IAM authentication (%s=true) needs AWS credentials to sign tokens with", EnvIAMAuth)
+			return nil, fmt.Errorf("pgconn: RDS IAM authentication (%s) needs AWS credentials to sign tokens with", cfg.Names.IAM)
 		}
 		c.iam = &iamAuth{
 			endpoint: net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))),
 			region:   deps.AWS.Region,
 			user:     cfg.User,
 			creds:    deps.AWS.Credentials,
+			source:   cfg.Names.IAM,
 			timeout:  cfg.ConnectTimeout,
 		}
 		c.connString = buildConnString(cfg.User, cfg.Host, cfg.Port, cfg.Database, cfg)
-		c.target = fmt.Sprintf("%s=true user=%s host=%s port=%d database=%s sslmode=%s region=%s",
-			EnvIAMAuth, cfg.User, cfg.Host, cfg.Port, cfg.Database, cfg.SSLMode, deps.AWS.Region)
+		c.target = fmt.Sprintf("%s user=%s host=%s port=%d database=%s sslmode=%s region=%s",
+			cfg.Names.IAM, cfg.User, cfg.Host, cfg.Port, cfg.Database, cfg.SSLMode, deps.AWS.Region)
 	}
 	return c, nil
 }
 
-// secretTarget is the server the secret names, with the OUTBOX_DB_HOST,
-// OUTBOX_DB_PORT and OUTBOX_DB_NAME overrides applied.
+// secretTarget is the server the secret names, with the Host, Port and
+// Database overrides applied.
 func secretTarget(cfg Config, secret *rdsSecret) (host string, port uint16, database string, err error) {
 	host, port, database = secret.Host, secret.Port, secret.DBName
 	if cfg.Host != "" {
@@ -170,13 +171,13 @@ func secretTarget(cfg Config, secret *rdsSecret) (host string, port uint16, data
 	}
 	var missing []string
 	if host == "" {
-		missing = append(missing, fmt.Sprintf(`no "host" (set %s)`, EnvHost))
+		missing = append(missing, fmt.Sprintf(`no "host" (set %s)`, cfg.Names.Host))
 	}
 	if database == "" {
-		missing = append(missing, fmt.Sprintf(`no "dbname" (set %s)`, EnvDatabaseName))
+		missing = append(missing, fmt.Sprintf(`no "dbname" (set %s)`, cfg.Names.Database))
 	}
 	if len(missing) > 0 {
-		return "", 0, "", fmt.Errorf("pgconn: the database secret %s (%s) has %s", cfg.SecretARN, EnvSecretARN, joinAnd(missing))
+		return "", 0, "", fmt.Errorf("pgconn: the database secret %s (%s) has %s", cfg.SecretARN, cfg.Names.SecretARN, joinAnd(missing))
 	}
 	return host, port, database, nil
 }
@@ -392,6 +393,8 @@ type iamAuth struct {
 	user     string
 	creds    aws.CredentialsProvider
 	timeout  time.Duration
+	// source names the IAM source in errors.
+	source string
 }
 
 func (a *iamAuth) token(ctx context.Context) (string, error) {
@@ -400,7 +403,7 @@ func (a *iamAuth) token(ctx context.Context) (string, error) {
 	defer cancel()
 	token, err := auth.BuildAuthToken(ctx, a.endpoint, a.region, a.user, a.creds)
 	if err != nil {
-		return "", fmt.Errorf("pgconn: build an RDS IAM auth token for user %q at %s in %s (%s=true): %w", a.user, a.endpoint, a.region, EnvIAMAuth, err)
+		return "", fmt.Errorf("pgconn: build an RDS IAM auth token for user %q at %s in %s (%s): %w", a.user, a.endpoint, a.region, a.source, err)
 	}
 	return token, nil
 }

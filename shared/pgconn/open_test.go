@@ -20,18 +20,11 @@ import (
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
-// openURL loads the configuration from vars plus OUTBOX_DATABASE_URL=url and
-// opens the pool, closed when the test ends.
-func openURL(t *testing.T, url string, vars map[string]string, deps pgconn.Deps) *pgxpool.Pool {
+// openURL opens the pool cfg describes with url as its source, closed when
+// the test ends.
+func openURL(t *testing.T, url string, cfg pgconn.Config, deps pgconn.Deps) *pgxpool.Pool {
 	t.Helper()
-	all := map[string]string{pgconn.EnvDatabaseURL: url}
-	for k, v := range vars {
-		all[k] = v
-	}
-	cfg, err := pgconn.LoadConfig(env(all))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg.Source, cfg.DatabaseURL = pgconn.SourceURL, pgconn.ConnString(url)
 	pool, err := pgconn.Open(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +47,7 @@ func show(t *testing.T, q interface {
 func TestOpenURLAppliesSessionSettings(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool := openURL(t, db.URL, nil, pgconn.Deps{ApplicationName: "outbox-dispatcher/dispatch"})
+	pool := openURL(t, db.URL, pgconn.Config{}, pgconn.Deps{ApplicationName: "outbox-dispatcher/dispatch"})
 
 	for setting, want := range map[string]string{
 		"statement_timeout":                   "30s",
@@ -89,7 +82,7 @@ func TestOpenURLAppliesSessionSettings(t *testing.T) {
 func TestOpenURLDefaultApplicationName(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool := openURL(t, db.URL, map[string]string{pgconn.EnvMaxConns: "5"}, pgconn.Deps{})
+	pool := openURL(t, db.URL, pgconn.Config{MaxConns: 5}, pgconn.Deps{})
 	if got := show(t, pool, "application_name"); got != pgconn.DefaultApplicationName {
 		t.Errorf("application_name = %q, want %q", got, pgconn.DefaultApplicationName)
 	}
@@ -101,7 +94,7 @@ func TestOpenURLDefaultApplicationName(t *testing.T) {
 func TestStatementTimeoutIsHonoured(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool := openURL(t, db.URL, map[string]string{pgconn.EnvStatementTimeout: "300ms"}, pgconn.Deps{})
+	pool := openURL(t, db.URL, pgconn.Config{StatementTimeout: 300 * time.Millisecond}, pgconn.Deps{})
 
 	start := time.Now()
 	_, err := pool.Exec(context.Background(), "SELECT pg_sleep(2)")
@@ -120,7 +113,7 @@ func TestStatementTimeoutIsHonoured(t *testing.T) {
 func TestIdleInTransactionTimeoutEndsTheSession(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool := openURL(t, db.URL, map[string]string{pgconn.EnvIdleInTransactionTimeout: "100ms"}, pgconn.Deps{})
+	pool := openURL(t, db.URL, pgconn.Config{IdleInTransactionTimeout: 100 * time.Millisecond}, pgconn.Deps{})
 	ctx := context.Background()
 
 	tx, err := pool.Begin(ctx)
@@ -166,7 +159,7 @@ func TestSimpleProtocolWorksWithTheOutboxStore(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
-			pool := openURL(t, db.URL, map[string]string{pgconn.EnvSimpleProtocol: map[bool]string{true: "true", false: "false"}[simple]}, pgconn.Deps{})
+			pool := openURL(t, db.URL, pgconn.Config{SimpleProtocol: simple}, pgconn.Deps{})
 			ctx := context.Background()
 			conn, err := pool.Acquire(ctx)
 			if err != nil {
@@ -223,7 +216,7 @@ func containsSubstring(list []string, sub string) bool {
 	return false
 }
 
-// OUTBOX_DB_SSLMODE overrides the URL's sslmode, in both URL and key=value
+// SSLMode overrides the URL's sslmode, in both URL and key=value
 // form. The test server has TLS; pg_stat_ssl shows whether it is in use.
 func TestSSLModeOverridesTheURL(t *testing.T) {
 	t.Parallel()
@@ -239,13 +232,13 @@ func TestSSLModeOverridesTheURL(t *testing.T) {
 		"key=value": keywordValue,
 	} {
 		for _, mode := range []string{"disable", "require"} {
-			pool := openURL(t, url, map[string]string{pgconn.EnvSSLMode: mode}, pgconn.Deps{})
+			pool := openURL(t, url, pgconn.Config{SSLMode: mode}, pgconn.Deps{})
 			var tls bool
 			if err := pool.QueryRow(context.Background(), "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&tls); err != nil {
 				t.Fatal(err)
 			}
 			if tls != (mode == "require") {
-				t.Errorf("%s with sslmode=disable and %s=%s: TLS in use = %t", name, pgconn.EnvSSLMode, mode, tls)
+				t.Errorf("%s with sslmode=disable and SSLMode %s: TLS in use = %t", name, mode, tls)
 			}
 		}
 	}
@@ -273,8 +266,8 @@ func TestOpenHandBuiltConfigTakesDefaults(t *testing.T) {
 	}
 
 	_, err = pgconn.Open(context.Background(), pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: pgconn.ConnString(db.URL), MaxConns: 1000}, pgconn.Deps{})
-	if !hasProblem(err, pgconn.EnvMaxConns, "got 1000") {
-		t.Errorf("Open with MaxConns 1000: err = %v, want a ConfigError naming %s", err, pgconn.EnvMaxConns)
+	if !hasProblem(err, "MaxConns", "got 1000") {
+		t.Errorf("Open with MaxConns 1000: err = %v, want a ConfigError naming MaxConns", err)
 	}
 }
 
@@ -291,17 +284,15 @@ func TestOpenURLErrorsAreRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := "postgres://" + cc.User + ":" + password + "@" + net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))) + "/no_such_database_" + db.Name + "?sslmode=disable"
-	cfg, err := pgconn.LoadConfig(env(map[string]string{pgconn.EnvDatabaseURL: missing}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Names name the source in the error, as the config package's do.
+	cfg := pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: pgconn.ConnString(missing), Names: pgconn.Names{DatabaseURL: "DB_URL"}}
 	_, err = pgconn.Open(context.Background(), cfg, pgconn.Deps{})
 	var pgErr *pgxconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
 		t.Fatalf("Open on a missing database: err = %v, want SQLSTATE 3D000", err)
 	}
 	assertNoSecret(t, "error", err.Error(), password)
-	for _, want := range []string{"pgconn: connect to the database", pgconn.EnvDatabaseURL + "=postgres://" + cc.User + ":xxxxx@", "no_such_database"} {
+	for _, want := range []string{"pgconn: connect to the database", "DB_URL=postgres://" + cc.User + ":xxxxx@", "no_such_database"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not contain %q:\n%v", want, err)
 		}
@@ -314,10 +305,7 @@ func TestOpenURLErrorsAreRedacted(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg, err = pgconn.LoadConfig(env(map[string]string{pgconn.EnvDatabaseURL: "postgres://app:" + password + "@" + addr + "/outbox?sslmode=disable"}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg = pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: pgconn.ConnString("postgres://app:" + password + "@" + addr + "/outbox?sslmode=disable")}
 	_, err = pgconn.Open(context.Background(), cfg, pgconn.Deps{})
 	if err == nil || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("Open with nobody listening: err = %v, want one naming %s", err, addr)

@@ -19,7 +19,7 @@ import (
 // rdsSecret is the JSON document that RDS, and the rotation functions AWS
 // provides, keep in a database secret. An RDS-managed master user secret
 // holds only username and password; host, port and dbname then come from
-// OUTBOX_DB_HOST, OUTBOX_DB_PORT and OUTBOX_DB_NAME.
+// Config.Host, Port and Database.
 type rdsSecret struct {
 	Username string
 	Password string
@@ -116,7 +116,9 @@ func containsFold(list []string, s string) bool {
 // fetch, not one each. Nothing is fetched on a timer: the secret is read at
 // cold start and when it has been proven wrong, and no oftener.
 type secretSource struct {
-	arn     string
+	arn string
+	// name names the secret's setting in errors.
+	name    string
 	client  SecretsManagerAPI
 	timeout time.Duration
 	logger  *slog.Logger
@@ -143,14 +145,14 @@ func (s *secretSource) fetch(ctx context.Context) (*rdsSecret, error) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			hint = fmt.Sprintf(" (no answer within %s: can the function reach Secrets Manager — a VPC endpoint or a NAT gateway?)", s.timeout)
 		}
-		return nil, fmt.Errorf("pgconn: fetch the database secret %s (%s)%s: %w", s.arn, EnvSecretARN, hint, err)
+		return nil, fmt.Errorf("pgconn: fetch the database secret %s (%s)%s: %w", s.arn, s.name, hint, err)
 	}
 	if out.SecretString == nil {
-		return nil, fmt.Errorf("pgconn: the database secret %s (%s) has no SecretString: a binary secret is not the RDS secret format", s.arn, EnvSecretARN)
+		return nil, fmt.Errorf("pgconn: the database secret %s (%s) has no SecretString: a binary secret is not the RDS secret format", s.arn, s.name)
 	}
 	secret, err := parseRDSSecret(*out.SecretString)
 	if err != nil {
-		return nil, fmt.Errorf("pgconn: the database secret %s (%s): %w", s.arn, EnvSecretARN, err)
+		return nil, fmt.Errorf("pgconn: the database secret %s (%s): %w", s.arn, s.name, err)
 	}
 	secret.VersionID = aws.ToString(out.VersionId)
 	if !slices.Contains(s.seen, secret.Password) {

@@ -90,16 +90,10 @@ func (l *logBuffer) String() string {
 
 func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
 
-func loadSecretConfig(t *testing.T, vars map[string]string) pgconn.Config {
-	t.Helper()
-	all := map[string]string{pgconn.EnvSecretARN: testARN}
-	for k, v := range vars {
-		all[k] = v
-	}
-	cfg, err := pgconn.LoadConfig(env(all))
-	if err != nil {
-		t.Fatal(err)
-	}
+// secretConfig is the Secrets Manager source of testARN, with cfg's other
+// settings.
+func secretConfig(cfg pgconn.Config) pgconn.Config {
+	cfg.Source, cfg.SecretARN = pgconn.SourceSecretsManager, testARN
 	return cfg
 }
 
@@ -121,7 +115,7 @@ func TestOpenSecretsManager(t *testing.T) {
 	requireTLS(t, srv.db)
 	sm := newFakeSecretsManager(t, testARN, "us-west-2", secretReply("v1", srv.rdsSecret("pw-v1")))
 
-	pool, err := pgconn.Open(context.Background(), loadSecretConfig(t, nil), pgconn.Deps{AWS: sm.awsConfig(), ApplicationName: "outbox-dispatcher/reaper"})
+	pool, err := pgconn.Open(context.Background(), secretConfig(pgconn.Config{}), pgconn.Deps{AWS: sm.awsConfig(), ApplicationName: "outbox-dispatcher/reaper"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,25 +138,20 @@ func TestOpenSecretsManager(t *testing.T) {
 	}
 }
 
-// OUTBOX_DB_HOST, OUTBOX_DB_PORT and OUTBOX_DB_NAME override the secret, and
+// Host, Port and Database override the secret, and
 // supply what an RDS-managed secret (username and password only) lacks. A
 // client passed in Deps is used as it is.
 func TestOpenSecretsManagerOverrides(t *testing.T) {
 	t.Parallel()
 	srv := newTestServer(t)
-	overrides := map[string]string{
-		pgconn.EnvHost:         srv.host,
-		pgconn.EnvPort:         strconv.Itoa(int(srv.port)),
-		pgconn.EnvDatabaseName: srv.db.Name,
-		pgconn.EnvSSLMode:      "disable",
-	}
+	overrides := pgconn.Config{Host: srv.host, Port: srv.port, Database: srv.db.Name, SSLMode: "disable"}
 	for name, secret := range map[string]map[string]any{
 		"secret names another server": {"username": srv.role, "password": "pw", "engine": "aurora-postgresql", "host": "db.example.invalid", "port": "1", "dbname": "elsewhere"},
 		"RDS-managed secret":          {"username": srv.role, "password": "pw"},
 	} {
 		sm := newFakeSecretsManager(t, testARN, "us-west-2", secretReply("v1", secret))
 		client := secretsmanager.NewFromConfig(sm.awsConfig(), func(o *secretsmanager.Options) { o.Region = "us-west-2" })
-		pool, err := pgconn.Open(context.Background(), loadSecretConfig(t, overrides), pgconn.Deps{SecretsManager: client})
+		pool, err := pgconn.Open(context.Background(), secretConfig(overrides), pgconn.Deps{SecretsManager: client})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -184,7 +173,7 @@ func TestOpenSecretsManagerErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		reply smReply
-		vars  map[string]string
+		cfg   pgconn.Config
 		want  []string
 		// apiCode is the AWS error code errors.As must still reach.
 		apiCode string
@@ -204,7 +193,7 @@ func TestOpenSecretsManagerErrors(t *testing.T) {
 		{name: "MySQL secret", reply: secretReply("v1", map[string]any{"username": user, "password": password, "engine": "mysql", "host": "db", "dbname": "x"}),
 			want: []string{`engine is "mysql", not PostgreSQL`}},
 		{name: "no host, no dbname", reply: secretReply("v1", map[string]any{"username": user, "password": password}),
-			want: []string{`has no "host" (set OUTBOX_DB_HOST) and no "dbname" (set OUTBOX_DB_NAME)`}},
+			want: []string{`has no "host" (set Host) and no "dbname" (set Database)`}},
 		{name: "binary secret", reply: smReply{status: http.StatusOK, body: `{"ARN":"x","SecretBinary":"aHVudGVyMg==","VersionId":"v1"}`},
 			want: []string{"has no SecretString"}},
 		{name: "access denied", reply: errorReply(http.StatusBadRequest, "AccessDeniedException", "User: arn:aws:sts::123456789012:assumed-role/dispatch is not authorized to perform: secretsmanager:GetSecretValue"),
@@ -217,12 +206,12 @@ func TestOpenSecretsManagerErrors(t *testing.T) {
 			t.Parallel()
 			sm := newFakeSecretsManager(t, testARN, "us-west-2", tt.reply)
 			var logs logBuffer
-			pool, err := pgconn.Open(context.Background(), loadSecretConfig(t, tt.vars), pgconn.Deps{AWS: sm.awsConfig(), Logger: logs.logger()})
+			pool, err := pgconn.Open(context.Background(), secretConfig(tt.cfg), pgconn.Deps{AWS: sm.awsConfig(), Logger: logs.logger()})
 			if err == nil {
 				pool.Close()
 				t.Fatal("Open succeeded, want an error")
 			}
-			for _, want := range append([]string{pgconn.EnvSecretARN, testARN}, tt.want...) {
+			for _, want := range append([]string{"SecretARN", testARN}, tt.want...) {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error does not contain %q:\n%v", want, err)
 				}
@@ -255,7 +244,7 @@ func newRotationFixture(t *testing.T, maxConns int) *rotationFixture {
 	f := &rotationFixture{srv: newTestServer(t), logs: &logBuffer{}}
 	f.gate = startPasswordGate(t, f.srv.addr(), "pw-v1")
 	f.sm = newFakeSecretsManager(t, testARN, "us-west-2", f.secret("v1", "pw-v1"))
-	f.cfg = loadSecretConfig(t, map[string]string{pgconn.EnvSSLMode: "disable", pgconn.EnvMaxConns: strconv.Itoa(maxConns)})
+	f.cfg = secretConfig(pgconn.Config{SSLMode: "disable", MaxConns: int32(maxConns)})
 	f.deps = pgconn.Deps{AWS: f.sm.awsConfig(), Logger: f.logs.logger()}
 	return f
 }
@@ -441,7 +430,7 @@ func TestSecretWrongPasswordFailsAfterOneRefetch(t *testing.T) {
 	if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
 		t.Fatalf("Open: err = %v, want 28P01", err)
 	}
-	for _, want := range []string{"pgconn: connect to the database", pgconn.EnvSecretARN + "=" + testARN, "user=" + f.srv.role} {
+	for _, want := range []string{"pgconn: connect to the database", "SecretARN=" + testARN, "user=" + f.srv.role} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not contain %q:\n%v", want, err)
 		}

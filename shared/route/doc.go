@@ -6,7 +6,7 @@
 // The configuration is read once per cold start, validated as a whole, and
 // indexed so that Table.Match is O(1) and allocation-free on the hot path:
 //
-//	routes, err := route.FromEnv(os.Getenv, os.ReadFile, route.Options{AttemptCeiling: ceiling})
+//	routes, err := route.Parse(data, route.Options{AttemptCeiling: ceiling})
 //	if err != nil {
 //		return err // a *ConfigError lists every problem, one per line
 //	}
@@ -14,13 +14,10 @@
 //
 // # Where the configuration comes from
 //
-// FromEnv reads exactly one of two environment variables:
-//
-//	OUTBOX_ROUTES       the configuration itself, as JSON (YAML is accepted too)
-//	OUTBOX_ROUTES_FILE  the path of a file holding it, JSON or YAML
-//
-// Setting both, or neither, is an error naming both; a file that cannot be
-// read is an error naming the variable and the path. Text whose first
+// The config package reads it from OUTBOX_ROUTES (the configuration itself)
+// or OUTBOX_ROUTES_FILE (the path of a file holding it), hands Parse the
+// bytes, and names the variable (and the file) in the error's Source.
+// Text whose first
 // character (after white space) is { or [ is read as JSON; anything else as
 // YAML, which is converted to JSON (sigs.k8s.io/yaml) and then decoded by
 // the same strict JSON decoder. A configuration is at most 4 MiB

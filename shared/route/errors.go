@@ -9,18 +9,15 @@ import (
 	"strings"
 )
 
-// ErrNotConfigured is wrapped by FromEnv's error when neither OUTBOX_ROUTES
-// nor OUTBOX_ROUTES_FILE is set.
-var ErrNotConfigured = errors.New("route: no routes configured")
-
 // ErrInvalidPayload is wrapped by every *PayloadError.
 var ErrInvalidPayload = errors.New("route: payload fails the route's schema")
 
 // ConfigError is a configuration that failed validation. It lists every
 // problem found, not only the first, so that one deployment fixes them all.
 type ConfigError struct {
-	// Source says where the configuration came from ("OUTBOX_ROUTES",
-	// "OUTBOX_ROUTES_FILE /etc/routes.yaml"); empty for Parse.
+	// Source says where the configuration came from, for the first line
+	// of Error; Parse leaves it empty for its caller to fill (the config
+	// package names the environment variable, and the file).
 	Source string
 	// Problems are sorted by route index, whole-configuration problems
 	// (Route -1) first, then by field.

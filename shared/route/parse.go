@@ -16,15 +16,6 @@ import (
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
-// The environment variables FromEnv reads.
-const (
-	// EnvRoutes holds the configuration itself (JSON; YAML is accepted).
-	EnvRoutes = "OUTBOX_ROUTES"
-	// EnvRoutesFile holds the path of a file with the configuration, JSON
-	// or YAML (told apart by content, not by the file name).
-	EnvRoutesFile = "OUTBOX_ROUTES_FILE"
-)
-
 // MaxConfigBytes caps the size of a configuration. A routing table is a few
 // kilobytes; anything near this is a mistake (a wrong file).
 const MaxConfigBytes = 4 << 20
@@ -47,42 +38,6 @@ func (o Options) attemptCeiling() int {
 		return o.AttemptCeiling
 	}
 	return lease.DefaultAttemptCeiling
-}
-
-// FromEnv loads the configuration named by the environment: OUTBOX_ROUTES
-// (the configuration as text) or OUTBOX_ROUTES_FILE (a path). Exactly one
-// must be set. getenv is os.Getenv and readFile os.ReadFile in production.
-// A configuration that fails validation returns a *ConfigError whose Source
-// names the variable (and the file).
-func FromEnv(getenv func(string) string, readFile func(string) ([]byte, error), opts Options) (*Table, error) {
-	text, path := getenv(EnvRoutes), getenv(EnvRoutesFile)
-	var (
-		data   []byte
-		source string
-	)
-	switch {
-	case text != "" && path != "":
-		return nil, fmt.Errorf("route: both %s and %s are set; set exactly one", EnvRoutes, EnvRoutesFile)
-	case text == "" && path == "":
-		return nil, fmt.Errorf("%w: set %s (the configuration as JSON) or %s (the path of a JSON or YAML file)",
-			ErrNotConfigured, EnvRoutes, EnvRoutesFile)
-	case text != "":
-		data, source = []byte(text), EnvRoutes
-	default:
-		var err error
-		if data, err = readFile(path); err != nil {
-			return nil, fmt.Errorf("route: %s: reading %q: %w", EnvRoutesFile, path, err)
-		}
-		source = fmt.Sprintf("%s %q", EnvRoutesFile, path)
-	}
-	t, err := Parse(data, opts)
-	if err != nil {
-		if ce, ok := errors.AsType[*ConfigError](err); ok {
-			ce.Source = source
-		}
-		return nil, err
-	}
-	return t, nil
 }
 
 // Parse reads, validates and indexes a configuration, JSON or YAML. YAML is

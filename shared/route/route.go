@@ -33,8 +33,8 @@ const (
 	TypeLambda      = "lambda"
 )
 
-// Table is a validated routing configuration. Build it with Parse or
-// FromEnv: they also build the lookup maps that Match uses. A Table is
+// Table is a validated routing configuration. Build it with Parse: it also
+// builds the lookup maps that Match uses. A Table is
 // immutable and safe for concurrent use.
 type Table struct {
 	// Routes are the routes in configuration order; Routes[i].Index == i.

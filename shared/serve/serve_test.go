@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -103,7 +104,7 @@ func (s *testSink) waitFor(t *testing.T, key string, bound time.Duration) time.T
 }
 
 // environment is the dispatch function's environment against db and snk.
-func environment(db *pgtest.DB, snk *testSink, extra map[string]string) handler.Env {
+func environment(db *pgtest.DB, snk *testSink, extra map[string]string) config.Env {
 	vars := map[string]string{
 		"OUTBOX_DATABASE_URL": db.URL,
 		"OUTBOX_TRACING":      "off",
@@ -116,15 +117,25 @@ func environment(db *pgtest.DB, snk *testSink, extra map[string]string) handler.
 	for k, v := range extra {
 		vars[k] = v
 	}
-	return handler.Env{Getenv: func(k string) string { return vars[k] }, Stdout: io.Discard}
+	return config.Env{Getenv: func(k string) string { return vars[k] }}
+}
+
+// open loads the server's configuration from env as outboxctl serve does,
+// and opens it.
+func open(ctx context.Context, env config.Env, cfg serve.Config) (*serve.Server, func(), error) {
+	setup, err := config.LoadServe(env, cfg.ReaperInterval > 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return serve.Open(ctx, setup, handler.Deps{Stdout: io.Discard}, cfg)
 }
 
 // start opens and runs a server; the returned function stops it and waits
 // for Run to return.
-func start(t *testing.T, env handler.Env, cfg serve.Config) (*serve.Server, func()) {
+func start(t *testing.T, env config.Env, cfg serve.Config) (*serve.Server, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, closeFn, err := serve.Open(ctx, env, cfg)
+	s, closeFn, err := open(ctx, env, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +368,7 @@ func TestConfigErrors(t *testing.T) {
 	db := pgtest.New(t)
 	snk := newSink(t, 0)
 	env := environment(db, snk, map[string]string{"OUTBOX_ROUTES": `{"routes":[]}`})
-	if _, _, err := serve.Open(context.Background(), env, serve.Config{}); err == nil {
+	if _, _, err := open(context.Background(), env, serve.Config{}); err == nil {
 		t.Error("opened a server without routes")
 	}
 	if _, err := serve.New(serve.Config{WorkerID: "w", ReaperInterval: time.Minute}, nil, nil, nil); err == nil {

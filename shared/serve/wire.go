@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/pgconn"
@@ -18,29 +19,29 @@ import (
 // connection, which names it in pg_stat_activity.
 const ListenApplicationName = "outbox-dispatcher/serve-listen"
 
-// Open builds a server from the environment exactly as the functions build
-// themselves: the engine with dispatchfn.New (routes, publishers, database
-// pool), the reaper with handler.NewReaper when cfg.ReaperInterval is
-// positive, and one more connection, from the same database settings, for
-// LISTEN. cfg.Log defaults to the dispatch runtime's JSON logger and
-// cfg.WorkerID to "serve@<host>:<random>". The returned function closes
-// every pool; call it after Run returns.
-func Open(ctx context.Context, env handler.Env, cfg Config) (*Server, func(), error) {
+// Open builds a server from its configuration exactly as the functions
+// build themselves: the engine with dispatchfn.New (publishers, database
+// pool), the reaper with handler.NewReaper when setup has one and
+// cfg.ReaperInterval is positive, and one more connection, from the same
+// database settings, for LISTEN. cfg.Log defaults to the dispatch runtime's
+// JSON logger and cfg.WorkerID to "serve@<host>:<random>". The returned
+// function closes every pool; call it after Run returns.
+func Open(ctx context.Context, setup config.Serve, deps handler.Deps, cfg Config) (*Server, func(), error) {
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
-	h, closeDispatch, err := dispatchfn.New(ctx, env)
+	h, closeDispatch, err := dispatchfn.New(ctx, setup.Dispatch, deps)
 	if err != nil {
 		return nil, nil, err
 	}
 	closers = append(closers, closeDispatch)
 
 	var reaper *handler.Reaper
-	if cfg.ReaperInterval > 0 {
-		r, closeReaper, err := handler.NewReaper(ctx, env)
+	if cfg.ReaperInterval > 0 && setup.Reaper != nil {
+		r, closeReaper, err := handler.NewReaper(ctx, *setup.Reaper, deps)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("reaper: %w", err)
@@ -49,7 +50,7 @@ func Open(ctx context.Context, env handler.Env, cfg Config) (*Server, func(), er
 		reaper = r
 	}
 
-	listenPool, err := openListenPool(ctx, env)
+	listenPool, err := openListenPool(ctx, setup.Dispatch.Database, deps)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
@@ -85,25 +86,21 @@ func Open(ctx context.Context, env handler.Env, cfg Config) (*Server, func(), er
 }
 
 // openListenPool opens a one-connection pool from the dispatch function's
-// database settings (a URL, a Secrets Manager secret or RDS IAM), already
-// validated by dispatchfn.New.
-func openListenPool(ctx context.Context, env handler.Env) (*pgxpool.Pool, error) {
-	dbCfg, err := pgconn.LoadConfig(env.Getenv)
-	if err != nil {
-		return nil, err
-	}
+// database settings (a URL, a Secrets Manager secret or RDS IAM).
+func openListenPool(ctx context.Context, dbCfg pgconn.Config, deps handler.Deps) (*pgxpool.Pool, error) {
 	dbCfg.MaxConns = 1
-	var deps pgconn.Deps
-	if env.AWS != nil {
-		deps.AWS = env.AWS.Copy()
+	var pd pgconn.Deps
+	if deps.AWS != nil {
+		pd.AWS = deps.AWS.Copy()
 	} else if dbCfg.Source != pgconn.SourceURL {
 		// Only a secret or an IAM token needs AWS.
-		if deps.AWS, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
+		var err error
+		if pd.AWS, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
 			return nil, fmt.Errorf("load the AWS configuration: %w", err)
 		}
 	}
-	deps.ApplicationName = ListenApplicationName
-	pool, err := pgconn.Open(ctx, dbCfg, deps)
+	pd.ApplicationName = ListenApplicationName
+	pool, err := pgconn.Open(ctx, dbCfg, pd)
 	if err != nil {
 		return nil, fmt.Errorf("the notification listener's connection: %w", err)
 	}

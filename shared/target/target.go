@@ -32,8 +32,10 @@ type Deps struct {
 	// AWS is the SDK configuration (region, credentials, endpoints); tracing
 	// instrumentation, when on, is already installed in its APIOptions.
 	AWS aws.Config
-	// Getenv reads signing secrets referenced by signing_secret_env.
-	Getenv func(string) string
+	// SigningSecret returns the value of the variable a route's
+	// signing_secret_env names ("" when unset); the config package read
+	// them with the routes.
+	SigningSecret func(variable string) string
 	// WrapHTTP, when set, wraps each plugin HTTP client (tracing).
 	WrapHTTP func(*http.Client) *http.Client
 }
@@ -109,7 +111,7 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 				smClient = secretsmanager.NewFromConfig(awsCfg)
 			}
 			var secret []byte
-			secret, err = webhook.ResolveSecret(ctx, webhook.SecretRef{Env: t.SigningSecretEnv, ARN: t.SigningSecretARN}, deps.Getenv, smClient)
+			secret, err = webhook.ResolveSecret(ctx, webhook.SecretRef{Env: t.SigningSecretEnv, ARN: t.SigningSecretARN}, deps.SigningSecret, smClient)
 			if err == nil {
 				client := webhook.NewHTTPClient(t.Concurrency)
 				if deps.WrapHTTP != nil {

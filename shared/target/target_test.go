@@ -31,7 +31,7 @@ func TestOnePublisherPerDistinctTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubs, err := target.Build(context.Background(), table, target.Deps{AWS: awsCfg, Getenv: env(map[string]string{"SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})})
+	pubs, err := target.Build(context.Background(), table, target.Deps{AWS: awsCfg, SigningSecret: env(map[string]string{"SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestAMissingSecretFailsTheColdStartNamingTheRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = target.Build(context.Background(), table, target.Deps{AWS: awsCfg, Getenv: env(nil)})
+	_, err = target.Build(context.Background(), table, target.Deps{AWS: awsCfg, SigningSecret: env(nil)})
 	if err == nil || !strings.Contains(err.Error(), "usage") || !strings.Contains(err.Error(), "UNSET_SECRET") {
 		t.Fatalf("err = %v, want it to name the route and the variable", err)
 	}

@@ -86,7 +86,7 @@ func NewWebhookTarget(latency time.Duration) (*LocalTarget, error) {
 		Latency: latency, PerCall: 1,
 		Calls:  calls.Load,
 		Served: func() time.Duration { return time.Duration(served.Load()) },
-		deps: target.Deps{Getenv: func(name string) string {
+		deps: target.Deps{SigningSecret: func(name string) string {
 			if name == webhookSecretEnv {
 				return secret
 			}

@@ -7,15 +7,12 @@ package dispatchfn
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/route"
-	"github.com/outboxkit/dispatcher/shared/settings"
 	"github.com/outboxkit/dispatcher/shared/target"
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 )
@@ -40,8 +37,8 @@ func ParseEvent(raw []byte) (Event, error) {
 	if ev.BatchSize < 0 || ev.BatchSize > dispatch.MaxBatchSize {
 		return fail("batch_size must be between 1 and %d, got %d", dispatch.MaxBatchSize, ev.BatchSize)
 	}
-	if ev.MaxBatches < 0 || ev.MaxBatches > 1000 {
-		return fail("max_batches must be between 1 and 1000, got %d", ev.MaxBatches)
+	if ev.MaxBatches < 0 || ev.MaxBatches > dispatch.MaxMaxBatches {
+		return fail("max_batches must be between 1 and %d, got %d", dispatch.MaxMaxBatches, ev.MaxBatches)
 	}
 	for _, ns := range ev.Namespaces {
 		if !outbox.NamePattern.MatchString(ns) {
@@ -106,79 +103,23 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 	return summary, nil
 }
 
-// Settings is the dispatch function's configuration from the environment.
-type Settings struct {
-	Engine dispatch.Config
-	// AttemptCeiling bounds the attempts of every message: the store's
-	// and every route's max_attempts.
-	AttemptCeiling int
-}
-
-// LoadSettings reads and validates the dispatch variables; every problem is
-// reported at once, naming its variable.
-func LoadSettings(getenv func(string) string) (Settings, error) {
-	r := settings.NewReader(getenv)
-	s := Settings{
-		Engine: dispatch.Config{
-			BatchSize:         r.Int("OUTBOX_BATCH_SIZE", 1, dispatch.MaxBatchSize),
-			MaxBatches:        r.Int("OUTBOX_MAX_BATCHES", 1, 1000),
-			Namespaces:        r.List("OUTBOX_NAMESPACES"),
-			FunctionTimeout:   r.Duration("OUTBOX_FUNCTION_TIMEOUT", time.Second, 15*time.Minute),
-			SafetyMargin:      r.Duration("OUTBOX_SAFETY_MARGIN", time.Second, 10*time.Minute),
-			TargetConcurrency: r.Int("OUTBOX_TARGET_CONCURRENCY", 1, 256),
-			OrderedRun:        r.Int("OUTBOX_ORDERED_RUN", 1, dispatch.MaxBatchSize),
-			BatchBytes:        int64(r.Int("OUTBOX_BATCH_MAX_BYTES", 1<<20, 1<<40)),
-		},
-		AttemptCeiling: handler.AttemptCeiling(r),
-	}
-	for _, ns := range s.Engine.Namespaces {
-		if !outbox.NamePattern.MatchString(ns) {
-			r.Fail("OUTBOX_NAMESPACES", "contains %q, which is not a namespace", ns)
-		}
-	}
-	if r.IsSet("OUTBOX_LEASE") {
-		s.Engine.Lease = r.Duration("OUTBOX_LEASE", time.Second, 24*time.Hour)
-	} else if s.Engine.FunctionTimeout > 0 {
-		s.Engine.Lease = s.Engine.FunctionTimeout + s.Engine.SafetyMargin + time.Minute
-	}
-	if err := r.Err(); err != nil {
-		return s, err
-	}
-	// The engine's own checks, the lease against the timeout above all.
-	return s, s.Engine.Validate()
-}
-
-// New builds the dispatch handler from the environment: every
-// configuration problem (routes, database, engine limits) is reported
-// together, before any connection is made. The returned function closes the
-// pool.
-func New(ctx context.Context, env handler.Env) (*Handler, func(), error) {
+// New builds the dispatch handler from its configuration: the pool, one
+// publisher per target, the engine. The returned function closes the pool.
+func New(ctx context.Context, cfg config.Dispatch, deps handler.Deps) (*Handler, func(), error) {
 	const function = "dispatch"
-	dbCfg, rt, problems := handler.LoadCommon(function, env)
-	s, err := LoadSettings(env.Getenv)
-	if err != nil {
-		problems = append(problems, err)
-	}
-	// The routes are checked against the ceiling the store will apply.
-	routes, err := route.FromEnv(env.Getenv, env.ReadFile, route.Options{AttemptCeiling: s.AttemptCeiling})
-	if err != nil {
-		problems = append(problems, err)
-	}
-	if len(problems) > 0 {
-		return nil, nil, errors.Join(problems...)
-	}
-	c, err := handler.Connect(ctx, function, env, dbCfg, rt, s.AttemptCeiling)
+	rt := handler.NewRuntime(function, cfg.Function, deps)
+	c, err := handler.Connect(ctx, function, cfg.Function, deps, rt, cfg.AttemptCeiling)
 	if err != nil {
 		return nil, nil, err
 	}
-	pubs, err := target.Build(ctx, routes, target.Deps{
-		AWS: c.AWS, Getenv: env.Getenv, WrapHTTP: rt.Tracer.HTTPClient,
+	pubs, err := target.Build(ctx, cfg.Routes, target.Deps{
+		AWS: c.AWS, SigningSecret: func(name string) string { return cfg.SigningSecrets[name] }, WrapHTTP: rt.Tracer.HTTPClient,
 	})
 	if err != nil {
 		c.Close()
 		return nil, nil, err
 	}
-	engine, err := dispatch.New(s.Engine, c.Store, routes, pubs, rt.Log)
+	engine, err := dispatch.New(cfg.Engine, c.Store, cfg.Routes, pubs, rt.Log)
 	if err != nil {
 		c.Close()
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -40,11 +41,13 @@ func TestTheAttemptCeilingBoundsTheRoutes(t *testing.T) {
 				"OUTBOX_ROUTES": fmt.Sprintf(`{"routes": [{"match": {"namespace": "*", "topic": "*"},
 					"target": {"type": "eventbridge", "event_bus": "default"}, "retry": {"max_attempts": %d}}]}`, tc.maxAttempts),
 			}
-			h, closeFn, err := dispatchfn.New(context.Background(), handler.Env{
-				Getenv: func(k string) string { return vars[k] }, Stdout: io.Discard,
-			})
+			var h *dispatchfn.Handler
+			cfg, err := config.LoadDispatch(config.Env{Getenv: func(k string) string { return vars[k] }})
 			if err == nil {
-				closeFn()
+				var closeFn func()
+				if h, closeFn, err = dispatchfn.New(context.Background(), cfg, handler.Deps{Stdout: io.Discard}); err == nil {
+					closeFn()
+				}
 			}
 			switch {
 			case tc.refusal == "" && err != nil:

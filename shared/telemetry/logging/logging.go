@@ -7,12 +7,12 @@
 //	 "function_request_id":"c6af9ac6-…","xray_trace_id":"1-5759e988-bd862e3fe1be46a994272793",
 //	 "message_id":"0190a3c4-…","code":"TARGET_5XX","error":"503 Service Unavailable"}
 //
-// Build one logger per cold start with [New] (level from [LevelFromEnv]),
-// and one per invocation with [WithInvocation]:
+// Build one logger per cold start with [New] (the level parsed by
+// [ParseLevel]), and one per invocation with [WithInvocation]:
 //
-//	var cold logging.ColdStart // package level in main
+//	cold := &logging.ColdStart{Provisioned: lambda.Provisioned} // once per process
 //	...
-//	log := logging.WithInvocation(ctx, base, cold.Take())
+//	log := logging.WithInvocation(ctx, base, lambda, cold.Take())
 //
 // # What never reaches the output
 //
@@ -44,8 +44,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -90,31 +88,9 @@ func NewHandler(w io.Writer, level slog.Leveler) slog.Handler {
 	return &handler{inner: slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr})}
 }
 
-// LevelFromEnv reads the log level: AWS_LAMBDA_LOG_LEVEL when set (Lambda's
-// advanced logging controls drop JSON records below it anyway, so logging
-// them would only cost), else OUTBOX_LOG_LEVEL (debug, info, warn or error;
-// any case), else info. An unknown value is an error that names the
-// variable, for the cold start to fail on.
-func LevelFromEnv(getenv func(string) string) (slog.Level, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	if v := getenv("AWS_LAMBDA_LOG_LEVEL"); v != "" {
-		if l, ok := parseLevel(v, true); ok {
-			return l, nil
-		}
-		return slog.LevelInfo, fmt.Errorf("logging: AWS_LAMBDA_LOG_LEVEL=%q: want TRACE, DEBUG, INFO, WARN, ERROR or FATAL", v)
-	}
-	if v := getenv("OUTBOX_LOG_LEVEL"); v != "" {
-		if l, ok := parseLevel(v, false); ok {
-			return l, nil
-		}
-		return slog.LevelInfo, fmt.Errorf("logging: OUTBOX_LOG_LEVEL=%q: want debug, info, warn or error", v)
-	}
-	return slog.LevelInfo, nil
-}
-
-func parseLevel(s string, lambdaLevels bool) (slog.Level, bool) {
+// ParseLevel reads a level name in any case: debug, info, warn (or
+// warning) or error, and with lambdaLevels also Lambda's trace and fatal.
+func ParseLevel(s string, lambdaLevels bool) (slog.Level, bool) {
 	switch strings.ToUpper(strings.TrimSpace(s)) {
 	case "DEBUG":
 		return slog.LevelDebug, true
@@ -150,19 +126,41 @@ func levelName(l slog.Level) string {
 }
 
 // ColdStart tells the first invocation of a process — the one that paid for
-// its initialisation — from the rest. Keep one per process (a package-level
-// variable in main); its zero value is ready.
-type ColdStart struct{ taken atomic.Bool }
+// its initialisation — from the rest. Keep one per process; its zero value
+// is ready.
+type ColdStart struct {
+	// Provisioned says the process was initialised under provisioned
+	// concurrency, before any request: then no invocation is a cold start,
+	// as in Powertools.
+	Provisioned bool
+
+	taken atomic.Bool
+}
 
 // Take reports true to its first caller only, so exactly one invocation per
-// process logs cold_start true. Under provisioned concurrency the
-// initialisation happened before any request and Take never reports true,
-// as in Powertools.
+// process logs cold_start true (none when Provisioned).
 func (c *ColdStart) Take() bool {
 	if c.taken.Swap(true) {
 		return false
 	}
-	return os.Getenv("AWS_LAMBDA_INITIALIZATION_TYPE") != "provisioned-concurrency"
+	return !c.Provisioned
+}
+
+// Lambda describes the Lambda function a process runs as, as the runtime's
+// variables describe it (the config package reads them at cold start); its
+// zero value is a process outside Lambda.
+type Lambda struct {
+	// FunctionName is the function's name.
+	FunctionName string
+	// MemoryMB is the function's memory size.
+	MemoryMB int
+	// Provisioned says the execution environment was initialised under
+	// provisioned concurrency (see ColdStart).
+	Provisioned bool
+	// TraceHeader returns the trace header the runtime sets for the
+	// current invocation, for a handler whose context lost it; nil when
+	// there is none.
+	TraceHeader func() string
 }
 
 // lambdaTraceHeaderKey is where aws-lambda-go puts the invocation's
@@ -170,16 +168,15 @@ func (c *ColdStart) Take() bool {
 const lambdaTraceHeaderKey = "x-amzn-trace-id"
 
 // WithInvocation returns logger with the invocation's Powertools keys:
-// cold_start, function_name (lambdacontext.FunctionName or
-// AWS_LAMBDA_FUNCTION_NAME), function_request_id and function_arn (from the
-// Lambda context in ctx), function_memory_size, and xray_trace_id (the Root
-// of the trace header aws-lambda-go puts in ctx, or of _X_AMZN_TRACE_ID).
-// Keys without a value — outside Lambda — are left out. Call it on the base
-// logger once per invocation.
-func WithInvocation(ctx context.Context, logger *slog.Logger, coldStart bool) *slog.Logger {
+// cold_start, function_name and function_memory_size (from lambda),
+// function_request_id and function_arn (from the Lambda context in ctx),
+// and xray_trace_id (the Root of the trace header aws-lambda-go puts in
+// ctx, or of lambda.TraceHeader). Keys without a value — outside Lambda —
+// are left out. Call it on the base logger once per invocation.
+func WithInvocation(ctx context.Context, logger *slog.Logger, lambda Lambda, coldStart bool) *slog.Logger {
 	attrs := make([]any, 0, 6)
 	attrs = append(attrs, slog.Bool(KeyColdStart, coldStart))
-	if name := functionName(); name != "" {
+	if name := lambda.FunctionName; name != "" {
 		attrs = append(attrs, slog.String(KeyFunctionName, name))
 	}
 	if lc, ok := lambdacontext.FromContext(ctx); ok {
@@ -190,36 +187,21 @@ func WithInvocation(ctx context.Context, logger *slog.Logger, coldStart bool) *s
 			attrs = append(attrs, slog.String(KeyFunctionARN, lc.InvokedFunctionArn))
 		}
 	}
-	if mb := memoryLimitMB(); mb > 0 {
+	if mb := lambda.MemoryMB; mb > 0 {
 		attrs = append(attrs, slog.Int(KeyFunctionMemory, mb))
 	}
-	if root := traceRoot(ctx); root != "" {
+	if root := traceRoot(ctx, lambda); root != "" {
 		attrs = append(attrs, slog.String(KeyXRayTraceID, root))
 	}
 	return logger.With(attrs...)
 }
 
-func functionName() string {
-	if lambdacontext.FunctionName != "" {
-		return lambdacontext.FunctionName
-	}
-	return os.Getenv("AWS_LAMBDA_FUNCTION_NAME")
-}
-
-func memoryLimitMB() int {
-	if lambdacontext.MemoryLimitInMB > 0 {
-		return lambdacontext.MemoryLimitInMB
-	}
-	mb, _ := strconv.Atoi(os.Getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"))
-	return mb
-}
-
 // traceRoot is the Root field of the invocation's trace header
 // ("Root=1-…;Parent=…;Sampled=1"), the X-Ray trace id.
-func traceRoot(ctx context.Context) string {
+func traceRoot(ctx context.Context, lambda Lambda) string {
 	header, _ := ctx.Value(lambdaTraceHeaderKey).(string)
-	if header == "" {
-		header = os.Getenv("_X_AMZN_TRACE_ID")
+	if header == "" && lambda.TraceHeader != nil {
+		header = lambda.TraceHeader()
 	}
 	for field := range strings.SplitSeq(header, ";") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(field), "Root="); ok {

@@ -54,18 +54,17 @@ func records(t *testing.T, out *bytes.Buffer) []map[string]any {
 	return recs
 }
 
-// Not parallel: the function's name and memory size come from the
-// environment, as on Lambda.
+// lambda is what the runtime says of the function.
+var lambda = logging.Lambda{FunctionName: "outbox-dispatch", MemoryMB: 512}
+
 func TestEveryPowertoolsKeyInsideALambdaContext(t *testing.T) {
-	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "outbox-dispatch")
-	t.Setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
-	t.Setenv("_X_AMZN_TRACE_ID", "")
+	t.Parallel()
 	var out bytes.Buffer
 	base := logging.New(&out, "outbox-dispatch", slog.LevelInfo)
 	var cold logging.ColdStart
 
 	before := time.Now().UTC().Truncate(time.Millisecond)
-	log := logging.WithInvocation(lambdaContext(), base, cold.Take())
+	log := logging.WithInvocation(lambdaContext(), base, lambda, cold.Take())
 	log.Info("claimed a batch", "message_id", "0190a3c4-5d6e-7f80-9a0b-1c2d3e4f5a6b", "claimed", 500)
 	after := time.Now().UTC()
 
@@ -108,22 +107,22 @@ func TestEveryPowertoolsKeyInsideALambdaContext(t *testing.T) {
 }
 
 // Without the trace header in the context (a handler that dropped it), the
-// trace id comes from _X_AMZN_TRACE_ID, which aws-lambda-go also sets.
-func TestTraceIDFromTheEnvironment(t *testing.T) {
-	t.Setenv("_X_AMZN_TRACE_ID", "Root=1-67891233-abcdef012345678912345678;Parent=463ac35c9f6413ad;Sampled=0")
+// trace id comes from the runtime's _X_AMZN_TRACE_ID, which aws-lambda-go
+// also sets.
+func TestTraceIDFromTheRuntime(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
-	logging.WithInvocation(context.Background(), logging.New(&out, "svc", slog.LevelInfo), false).Info("x")
+	header := func() string { return "Root=1-67891233-abcdef012345678912345678;Parent=463ac35c9f6413ad;Sampled=0" }
+	logging.WithInvocation(context.Background(), logging.New(&out, "svc", slog.LevelInfo), logging.Lambda{TraceHeader: header}, false).Info("x")
 	if got := records(t, &out)[0]["xray_trace_id"]; got != "1-67891233-abcdef012345678912345678" {
 		t.Fatalf("xray_trace_id = %v", got)
 	}
 }
 
 func TestOutsideLambdaTheInvocationKeysAreLeftOut(t *testing.T) {
-	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "")
-	t.Setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "")
-	t.Setenv("_X_AMZN_TRACE_ID", "")
+	t.Parallel()
 	var out bytes.Buffer
-	logging.WithInvocation(context.Background(), logging.New(&out, "outboxctl", slog.LevelInfo), false).Info("replayed")
+	logging.WithInvocation(context.Background(), logging.New(&out, "outboxctl", slog.LevelInfo), logging.Lambda{}, false).Info("replayed")
 	rec := records(t, &out)[0]
 	for _, k := range []string{"function_name", "function_request_id", "function_arn", "function_memory_size", "xray_trace_id"} {
 		if v, ok := rec[k]; ok {
@@ -137,12 +136,12 @@ func TestOutsideLambdaTheInvocationKeysAreLeftOut(t *testing.T) {
 
 // The pattern for main: one ColdStart per process, Take per invocation.
 func TestColdStartIsTrueForTheFirstInvocationOnly(t *testing.T) {
-	t.Setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand")
+	t.Parallel()
 	var out bytes.Buffer
 	base := logging.New(&out, "outbox-dispatch", slog.LevelInfo)
 	var cold logging.ColdStart
 	handler := func(ctx context.Context) {
-		logging.WithInvocation(ctx, base, cold.Take()).Info("invoked")
+		logging.WithInvocation(ctx, base, lambda, cold.Take()).Info("invoked")
 	}
 	for range 3 {
 		handler(lambdaContext())
@@ -176,39 +175,36 @@ func TestColdStartIsTrueForTheFirstInvocationOnly(t *testing.T) {
 }
 
 func TestProvisionedConcurrencyIsNeverAColdStart(t *testing.T) {
-	t.Setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "provisioned-concurrency")
-	var cold logging.ColdStart
+	t.Parallel()
+	cold := logging.ColdStart{Provisioned: true}
 	if cold.Take() || cold.Take() {
 		t.Fatal("Take reported a cold start under provisioned concurrency")
 	}
 }
 
-func TestLevelFromEnv(t *testing.T) {
+func TestParseLevel(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		env     map[string]string
-		want    slog.Level
-		wantErr string
+		name   string
+		lambda bool
+		want   slog.Level
+		ok     bool
 	}{
-		{nil, slog.LevelInfo, ""},
-		{map[string]string{"OUTBOX_LOG_LEVEL": "debug"}, slog.LevelDebug, ""},
-		{map[string]string{"OUTBOX_LOG_LEVEL": "WARN"}, slog.LevelWarn, ""},
-		{map[string]string{"OUTBOX_LOG_LEVEL": "error"}, slog.LevelError, ""},
-		{map[string]string{"OUTBOX_LOG_LEVEL": "verbose"}, slog.LevelInfo, "OUTBOX_LOG_LEVEL"},
-		{map[string]string{"OUTBOX_LOG_LEVEL": "trace"}, slog.LevelInfo, "OUTBOX_LOG_LEVEL"},
-		// Lambda's setting wins: it filters the records anyway.
-		{map[string]string{"OUTBOX_LOG_LEVEL": "debug", "AWS_LAMBDA_LOG_LEVEL": "WARN"}, slog.LevelWarn, ""},
-		{map[string]string{"AWS_LAMBDA_LOG_LEVEL": "TRACE"}, logging.LevelTrace, ""},
-		{map[string]string{"AWS_LAMBDA_LOG_LEVEL": "FATAL"}, logging.LevelFatal, ""},
-		{map[string]string{"AWS_LAMBDA_LOG_LEVEL": "LOUD"}, slog.LevelInfo, "AWS_LAMBDA_LOG_LEVEL"},
+		{"debug", false, slog.LevelDebug, true},
+		{"WARN", false, slog.LevelWarn, true},
+		{" warning ", false, slog.LevelWarn, true},
+		{"error", false, slog.LevelError, true},
+		{"info", false, slog.LevelInfo, true},
+		{"verbose", false, 0, false},
+		{"trace", false, 0, false},
+		{"TRACE", true, logging.LevelTrace, true},
+		{"FATAL", true, logging.LevelFatal, true},
+		{"LOUD", true, 0, false},
 	}
 	for _, tc := range cases {
-		got, err := logging.LevelFromEnv(func(k string) string { return tc.env[k] })
-		switch {
-		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-			t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.wantErr)
-		case tc.wantErr == "" && (err != nil || got != tc.want):
-			t.Errorf("%v: %v, %v; want %v", tc.env, got, err, tc.want)
+		got, ok := logging.ParseLevel(tc.name, tc.lambda)
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("ParseLevel(%q, %t) = %v, %t; want %v, %t", tc.name, tc.lambda, got, ok, tc.want, tc.ok)
 		}
 	}
 }

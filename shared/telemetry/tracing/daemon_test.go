@@ -191,15 +191,10 @@ func (d *fakeDaemon) expectNothing(t testing.TB, wait time.Duration) {
 	}
 }
 
-// env is a fake environment for tracing.New.
-type env map[string]string
-
-func (e env) get(k string) string { return e[k] }
-
 // lambdaTracer is a tracer as on Lambda with active tracing, emitting to d.
 func lambdaTracer(t testing.TB, d *fakeDaemon) *tracing.Tracer {
 	t.Helper()
-	tr := tracing.New(env{"AWS_XRAY_DAEMON_ADDRESS": d.addr, "AWS_LAMBDA_FUNCTION_NAME": "outbox-dispatch"}.get)
+	tr := tracing.New(tracing.Config{Enabled: true, Reason: "a test", DaemonAddress: d.addr, InLambda: true})
 	if !tr.Enabled() {
 		t.Fatalf("tracer disabled: %s", tr.Reason())
 	}

@@ -18,15 +18,13 @@ import (
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
 )
 
-// disabledTracer is disabled by OUTBOX_TRACING although a daemon is
-// configured: the daemon shows whether anything is emitted anyway.
+// disabledTracer is disabled although a daemon is configured: the daemon
+// shows whether anything is emitted anyway.
 func disabledTracer(t testing.TB, d *fakeDaemon) *tracing.Tracer {
 	t.Helper()
-	tr := tracing.New(env{
-		"AWS_XRAY_DAEMON_ADDRESS": d.addr, "AWS_LAMBDA_FUNCTION_NAME": "outbox-dispatch", "OUTBOX_TRACING": "off",
-	}.get)
+	tr := tracing.New(tracing.Config{Reason: "turned off", DaemonAddress: d.addr, InLambda: true})
 	if tr.Enabled() {
-		t.Fatal("OUTBOX_TRACING=off left tracing enabled")
+		t.Fatal("a tracer built disabled is enabled")
 	}
 	return tr
 }

@@ -124,10 +124,8 @@ func TestNoSegmentNoComplaint(t *testing.T) {
 	output()
 
 	for name, tr := range map[string]*Tracer{
-		"disabled": New(func(k string) string { return map[string]string{"OUTBOX_TRACING": "off"}[k] }),
-		"enabled Lambda": New(func(k string) string {
-			return map[string]string{"AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:9", "AWS_LAMBDA_FUNCTION_NAME": "f"}[k]
-		}),
+		"disabled":       New(Config{Reason: "off"}),
+		"enabled Lambda": New(Config{Enabled: true, DaemonAddress: "127.0.0.1:9", InLambda: true}),
 	} {
 		lastSDKError.Store(0)
 		output := captureOutput(t)

@@ -8,9 +8,9 @@
 //
 // # Use
 //
-// In main, once per cold start:
+// In main, once per cold start, with the Config the config package read:
 //
-//	tracer := tracing.New(os.Getenv)
+//	tracer := tracing.New(cfg.Tracing)
 //	poolConfig.ConnConfig.Tracer = tracer.PgxTracer() // a subsegment per query
 //	tracer.InstrumentAWS(&awsConfig)                  // a subsegment per SNS, EventBridge, Lambda call
 //	webhookClient := tracer.HTTPClient(&http.Client{Timeout: 5 * time.Second})
@@ -30,18 +30,11 @@
 //
 // # Selection
 //
-// [New] enables tracing when, in this order:
-//
-//  1. OUTBOX_TRACING is off, false, 0 or disabled: never. An unknown value
-//     also disables it (and [Tracer.Reason] says why).
-//  2. AWS_XRAY_SDK_DISABLED is true: never (the SDK would emit nothing).
-//  3. OUTBOX_TRACING is on, true or 1: always, to the daemon at
-//     AWS_XRAY_DAEMON_ADDRESS or the SDK's default, 127.0.0.1:2000.
-//  4. Otherwise (unset or auto): when AWS_XRAY_DAEMON_ADDRESS or
-//     _X_AMZN_TRACE_ID is set — that is, on Lambda, where the platform runs
-//     the daemon and sets its address, or next to a local daemon.
-//
-// Local runs and tests, with neither variable, get the disabled tracer.
+// Whether to trace is decided by the config package from the environment
+// (OUTBOX_TRACING, and the X-Ray variables AWS_XRAY_SDK_DISABLED,
+// AWS_XRAY_DAEMON_ADDRESS and _X_AMZN_TRACE_ID; see its documentation) and
+// handed to [New] with the reason, for the cold-start log line. Local runs
+// and tests get the disabled tracer.
 //
 // # On Lambda
 //
@@ -74,11 +67,8 @@ package tracing
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"os"
 	"reflect"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -114,52 +104,39 @@ type spanBackend interface {
 	end(err error)
 }
 
-// New returns the tracer the environment asks for, by the rule in the
-// package documentation; getenv is os.Getenv in production (nil means
-// os.Getenv). It never fails: a configuration it cannot use gives the
-// disabled tracer, and Reason says why.
-func New(getenv func(string) string) *Tracer {
-	if getenv == nil {
-		getenv = os.Getenv
+// Config is what New builds a tracer from.
+type Config struct {
+	// Enabled records spans; Reason says why they are recorded or not.
+	Enabled bool
+	Reason  string
+	// DaemonAddress is the X-Ray daemon's address in the form of
+	// AWS_XRAY_DAEMON_ADDRESS: "host:port", or "tcp:host:port
+	// udp:host:port"; "" is the SDK's default, 127.0.0.1:2000.
+	DaemonAddress string
+	// InLambda says the process is a Lambda function: spans join the
+	// invocation's trace, and none starts a trace of its own.
+	InLambda bool
+	// TraceHeader returns the trace header the Lambda runtime sets for the
+	// current invocation (in _X_AMZN_TRACE_ID), for a handler whose context
+	// lost it; nil when there is none.
+	TraceHeader func() string
+}
+
+// New returns the tracer cfg asks for. It never fails: a configuration it
+// cannot use gives the disabled tracer, and Reason says why.
+func New(cfg Config) *Tracer {
+	if !cfg.Enabled {
+		return &Tracer{reason: "disabled: " + cfg.Reason}
 	}
-	enabled, reason := decide(getenv)
-	if !enabled {
-		return &Tracer{reason: "disabled: " + reason}
-	}
-	b, err := newXRayBackend(getenv)
+	b, err := newXRayBackend(cfg)
 	if err != nil {
 		return &Tracer{reason: "disabled: " + err.Error()}
 	}
-	return &Tracer{backend: b, reason: "enabled (X-Ray): " + reason}
+	return &Tracer{backend: b, reason: "enabled (X-Ray): " + cfg.Reason}
 }
 
 // Disabled returns a tracer that does nothing, for tests and tools.
 func Disabled() *Tracer { return &Tracer{reason: "disabled by the caller"} }
-
-func decide(getenv func(string) string) (enabled bool, reason string) {
-	forced := false
-	switch v := strings.ToLower(strings.TrimSpace(getenv("OUTBOX_TRACING"))); v {
-	case "off", "false", "0", "disabled":
-		return false, "OUTBOX_TRACING=" + v
-	case "on", "true", "1", "enabled":
-		forced = true
-	case "", "auto":
-	default:
-		return false, fmt.Sprintf("OUTBOX_TRACING=%q is none of on, off, auto", v)
-	}
-	if strings.EqualFold(strings.TrimSpace(getenv("AWS_XRAY_SDK_DISABLED")), "true") {
-		return false, "AWS_XRAY_SDK_DISABLED=true"
-	}
-	switch {
-	case forced:
-		return true, "OUTBOX_TRACING=on"
-	case getenv("AWS_XRAY_DAEMON_ADDRESS") != "":
-		return true, "AWS_XRAY_DAEMON_ADDRESS is set"
-	case getenv("_X_AMZN_TRACE_ID") != "":
-		return true, "_X_AMZN_TRACE_ID is set"
-	}
-	return false, "no X-Ray daemon (AWS_XRAY_DAEMON_ADDRESS unset, not on Lambda with tracing)"
-}
 
 // Enabled reports whether spans are recorded.
 func (t *Tracer) Enabled() bool { return t != nil && t.backend != nil }

@@ -399,15 +399,12 @@ func TestTraceHeader(t *testing.T) {
 // With several invocations at a time the runtime does not set
 // _X_AMZN_TRACE_ID; with one it does, and a handler that lost the context's
 // header still gets its spans under the right trace.
-func TestTheTraceHeaderFromTheEnvironment(t *testing.T) {
+func TestTheTraceHeaderFromTheRuntime(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t)
 	inv := newInvocation()
-	tr := tracing.New(env{
-		"AWS_XRAY_DAEMON_ADDRESS":  d.addr,
-		"AWS_LAMBDA_FUNCTION_NAME": "outbox-dispatch",
-		"_X_AMZN_TRACE_ID":         inv.header,
-	}.get)
+	tr := tracing.New(tracing.Config{Enabled: true, DaemonAddress: d.addr, InLambda: true,
+		TraceHeader: func() string { return inv.header }})
 	_, span := tr.Start(context.Background(), "reap")
 	span.End(nil)
 	checkUnderFacade(t, d.waitFor(t, "reap"), inv)
@@ -431,7 +428,7 @@ func TestOnLambdaWithoutATraceNothingIsRecorded(t *testing.T) {
 func TestOutsideLambdaAStartBeginsATrace(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t)
-	tr := tracing.New(env{"AWS_XRAY_DAEMON_ADDRESS": d.addr}.get)
+	tr := tracing.New(tracing.Config{Enabled: true, DaemonAddress: d.addr})
 	ctx, root := tr.Start(context.Background(), "outboxctl-replay")
 	_, child := tr.Start(ctx, "replay_dead")
 	child.End(nil)
@@ -445,30 +442,24 @@ func TestOutsideLambdaAStartBeginsATrace(t *testing.T) {
 	}
 }
 
-func TestSelection(t *testing.T) {
+func TestNew(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		env     env
+		cfg     tracing.Config
 		enabled bool
 		reason  string
 	}{
-		{env{}, false, "no X-Ray daemon"},
-		{env{"AWS_XRAY_DAEMON_ADDRESS": "169.254.79.129:2000"}, true, "AWS_XRAY_DAEMON_ADDRESS is set"},
-		{env{"AWS_XRAY_DAEMON_ADDRESS": "tcp:127.0.0.1:2000 udp:127.0.0.1:2001"}, true, "AWS_XRAY_DAEMON_ADDRESS is set"},
-		{env{"_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"}, true, "_X_AMZN_TRACE_ID is set"},
-		{env{"AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000", "OUTBOX_TRACING": "off"}, false, "OUTBOX_TRACING=off"},
-		{env{"AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000", "OUTBOX_TRACING": "FALSE"}, false, "OUTBOX_TRACING=false"},
-		{env{"AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000", "AWS_XRAY_SDK_DISABLED": "TRUE"}, false, "AWS_XRAY_SDK_DISABLED=true"},
-		{env{"OUTBOX_TRACING": "on"}, true, "OUTBOX_TRACING=on"},
-		{env{"OUTBOX_TRACING": "on", "AWS_XRAY_SDK_DISABLED": "true"}, false, "AWS_XRAY_SDK_DISABLED=true"},
-		{env{"OUTBOX_TRACING": "sometimes", "AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000"}, false, `OUTBOX_TRACING="sometimes"`},
-		{env{"AWS_XRAY_DAEMON_ADDRESS": "tcp:127.0.0.1:2000"}, false, "AWS_XRAY_DAEMON_ADDRESS="},
-		{env{"AWS_XRAY_DAEMON_ADDRESS": "localhost:notaport"}, false, "AWS_XRAY_DAEMON_ADDRESS="},
+		{tracing.Config{Reason: "switched off"}, false, "disabled: switched off"},
+		{tracing.Config{Enabled: true, Reason: "a daemon", DaemonAddress: "169.254.79.129:2000"}, true, "enabled (X-Ray): a daemon"},
+		{tracing.Config{Enabled: true, DaemonAddress: "tcp:127.0.0.1:2000 udp:127.0.0.1:2001"}, true, "enabled"},
+		{tracing.Config{Enabled: true}, true, "enabled"}, // the SDK's default daemon
+		{tracing.Config{Enabled: true, DaemonAddress: "tcp:127.0.0.1:2000"}, false, "AWS_XRAY_DAEMON_ADDRESS="},
+		{tracing.Config{Enabled: true, DaemonAddress: "localhost:notaport"}, false, "AWS_XRAY_DAEMON_ADDRESS="},
 	}
 	for _, tc := range cases {
-		tr := tracing.New(tc.env.get)
+		tr := tracing.New(tc.cfg)
 		if tr.Enabled() != tc.enabled || !strings.Contains(tr.Reason(), tc.reason) {
-			t.Errorf("%v: enabled %v (%s); want %v (%s)", tc.env, tr.Enabled(), tr.Reason(), tc.enabled, tc.reason)
+			t.Errorf("%+v: enabled %v (%s); want %v (%s)", tc.cfg, tr.Enabled(), tr.Reason(), tc.enabled, tc.reason)
 		}
 	}
 	var nilTracer *tracing.Tracer

@@ -37,15 +37,15 @@ const (
 // SDK's globals: subsegments inherit it from their root, so two tracers —
 // two tests, each with its own fake daemon — never see each other's spans.
 type xrayBackend struct {
-	config   *xray.Config
-	inLambda bool
-	getenv   func(string) string
+	config        *xray.Config
+	inLambda      bool
+	runtimeHeader func() string // the runtime's per-invocation trace header; nil: none
 }
 
 var _ backend = (*xrayBackend)(nil)
 
-func newXRayBackend(getenv func(string) string) (*xrayBackend, error) {
-	addr, err := daemonUDPAddr(getenv("AWS_XRAY_DAEMON_ADDRESS"))
+func newXRayBackend(cfg Config) (*xrayBackend, error) {
+	addr, err := daemonUDPAddr(cfg.DaemonAddress)
 	if err != nil {
 		return nil, err
 	}
@@ -69,8 +69,8 @@ func newXRayBackend(getenv func(string) string) (*xrayBackend, error) {
 			// runs, rare and always worth seeing.
 			SamplingStrategy: sampleEverything{},
 		},
-		inLambda: getenv("AWS_LAMBDA_FUNCTION_NAME") != "",
-		getenv:   getenv,
+		inLambda:      cfg.InLambda,
+		runtimeHeader: cfg.TraceHeader,
 	}, nil
 }
 
@@ -113,10 +113,8 @@ func (b *xrayBackend) prepare(ctx context.Context) (context.Context, bool) {
 	if h, _ := ctx.Value(xray.LambdaTraceHeaderKey).(string); h != "" {
 		return ctx, true
 	}
-	if b.inLambda {
-		if h := b.getenv("_X_AMZN_TRACE_ID"); h != "" {
-			return context.WithValue(ctx, xray.LambdaTraceHeaderKey, h), true
-		}
+	if h := b.invocationHeader(); h != "" {
+		return context.WithValue(ctx, xray.LambdaTraceHeaderKey, h), true
 	}
 	return ctx, false
 }
@@ -147,10 +145,16 @@ func (b *xrayBackend) traceHeader(ctx context.Context) string {
 	if h, _ := ctx.Value(xray.LambdaTraceHeaderKey).(string); h != "" {
 		return h
 	}
-	if b.inLambda {
-		return b.getenv("_X_AMZN_TRACE_ID")
+	return b.invocationHeader()
+}
+
+// invocationHeader is the trace header the Lambda runtime set for the
+// current invocation, "" outside Lambda.
+func (b *xrayBackend) invocationHeader() string {
+	if !b.inLambda || b.runtimeHeader == nil {
+		return ""
 	}
-	return ""
+	return b.runtimeHeader()
 }
 
 // xraySpan is a segment or subsegment.

@@ -1,17 +1,14 @@
-package settings_test
+package config_test
 
 import (
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/outboxkit/dispatcher/shared/pgconn"
-	"github.com/outboxkit/dispatcher/shared/settings"
+	"github.com/outboxkit/dispatcher/shared/config"
 )
 
 // readmeBlock returns the text between <!-- name:begin --> and
@@ -33,7 +30,7 @@ func readmeBlock(t *testing.T, name string) string {
 
 func TestREADMEConfigurationReferenceMatchesTheRegistry(t *testing.T) {
 	t.Parallel()
-	want := settings.MarkdownReference()
+	want := config.MarkdownReference()
 	if got := readmeBlock(t, "settings"); got != want {
 		t.Errorf("README.md's configuration reference is out of date; between the settings markers it should read:\n\n%s", want)
 	}
@@ -61,35 +58,12 @@ func TestEveryVariableInTheCodeIsRegistered(t *testing.T) {
 	}
 	var missing []string
 	for v, path := range found {
-		if _, ok := settings.Lookup(v); !ok {
+		if _, ok := config.Lookup(v); !ok {
 			missing = append(missing, v+" (read in "+path+")")
 		}
 	}
 	sort.Strings(missing)
 	for _, m := range missing {
-		t.Errorf("%s is not registered in settings.Variables", m)
+		t.Errorf("%s is not registered in config.Variables", m)
 	}
 }
-
-// The database defaults the registry documents are pgconn's.
-func TestRegistryDefaultsAreTheCodes(t *testing.T) {
-	t.Parallel()
-	for name, want := range map[string]string{
-		"OUTBOX_DB_MAX_CONNS":                   itoa(pgconn.DefaultMaxConns),
-		"OUTBOX_DB_PORT":                        itoa(pgconn.DefaultPort),
-		"OUTBOX_DB_STATEMENT_TIMEOUT":           pgconn.DefaultStatementTimeout.String(),
-		"OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT": pgconn.DefaultIdleInTransactionTimeout.String(),
-		"OUTBOX_DB_CONNECT_TIMEOUT":             pgconn.DefaultConnectTimeout.String(),
-	} {
-		v, _ := settings.Lookup(name)
-		got := v.Default
-		if d, err := time.ParseDuration(got); err == nil {
-			got = d.String()
-		}
-		if got != want {
-			t.Errorf("%s: the registry documents %q, the code uses %q", name, v.Default, want)
-		}
-	}
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }

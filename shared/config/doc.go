@@ -1,0 +1,58 @@
+// Package config is the one package that reads the environment. It holds
+// the registry of the OUTBOX_* variables — every name, default, limit and
+// line of documentation, in one place — and turns the environment into
+// the typed configuration of each function: Dispatch, Reaper, Replay,
+// Metrics, and Serve for outboxctl serve. Each is composed of the
+// components' own configurations (pgconn.Config, dispatch.Config,
+// route.Table, tracing.Config, …); the components never see a variable's
+// name.
+//
+//	cfg, err := config.LoadReaper(config.OS())
+//	if err != nil {
+//		handler.FailInit("reaper", err) // every problem, one per line, each naming its variable
+//	}
+//	h, closeFn, err := handler.NewReaper(ctx, cfg, handler.Deps{})
+//
+// # Problems
+//
+// A load reads everything it needs before it reports, so that a bad
+// deployment fails its cold start once, with every problem: one line per
+// variable, naming it. The database problems come on one line from
+// pgconn, "pgconn: invalid database configuration: VARIABLE: problem; …";
+// the routes' from route, one per line after a line naming OUTBOX_ROUTES
+// or OUTBOX_ROUTES_FILE and the file.
+//
+// Where a component checks a combination of settings itself (a lease
+// longer than the function timeout plus the safety margin, exactly one
+// database source), this package hands it the variables' names
+// (dispatch.Names, pgconn.Names) for its messages.
+//
+// # The Lambda runtime's variables
+//
+// AWS_LAMBDA_FUNCTION_NAME, AWS_LAMBDA_FUNCTION_MEMORY_SIZE,
+// AWS_LAMBDA_INITIALIZATION_TYPE, AWS_LAMBDA_LOG_LEVEL and
+// AWS_LAMBDA_RUNTIME_API are read here too, once per cold start, and
+// _X_AMZN_TRACE_ID, which the runtime sets for each invocation, through the
+// function that logging.Lambda and tracing.Config call.
+//
+// # Tracing
+//
+// Tracing is enabled when, in this order:
+//
+//  1. OUTBOX_TRACING is off, false, 0 or disabled: never. An unknown value
+//     also disables it (and the tracer's Reason says why).
+//  2. AWS_XRAY_SDK_DISABLED is true: never (the SDK would emit nothing).
+//  3. OUTBOX_TRACING is on, true or 1: always, to the daemon at
+//     AWS_XRAY_DAEMON_ADDRESS or the SDK's default, 127.0.0.1:2000.
+//  4. Otherwise (unset or auto): when AWS_XRAY_DAEMON_ADDRESS or
+//     _X_AMZN_TRACE_ID is set — that is, on Lambda, where the platform runs
+//     the daemon and sets its address, or next to a local daemon.
+//
+// # Documentation cannot drift
+//
+// The README's configuration reference is generated from Variables and
+// checked by a test; another test parses the module and fails when an
+// OUTBOX_* variable is read outside this package (the test harness's
+// OUTBOX_TEST_* variables are read by shared/pgtest alone), or when a
+// registered variable is read nowhere.
+package config

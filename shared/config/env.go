@@ -1,0 +1,53 @@
+package config
+
+import "os"
+
+// Env is where a configuration is read from: the process's in production
+// (OS), a map in tests, or the CLI's with its flags applied.
+type Env struct {
+	// Getenv returns a variable's value, "" when unset. Nil: no variable is
+	// set.
+	Getenv func(string) string
+	// ReadFile reads OUTBOX_ROUTES_FILE. Nil: os.ReadFile.
+	ReadFile func(string) ([]byte, error)
+}
+
+// OS is the process's environment.
+func OS() Env { return Env{Getenv: os.Getenv, ReadFile: os.ReadFile} }
+
+func (e Env) getenv() func(string) string {
+	if e.Getenv == nil {
+		return func(string) string { return "" }
+	}
+	return e.Getenv
+}
+
+func (e Env) readFile() func(string) ([]byte, error) {
+	if e.ReadFile == nil {
+		return os.ReadFile
+	}
+	return e.ReadFile
+}
+
+// WithDatabaseURL is e with url as the database, replacing every database
+// source e names (outboxctl's --database-url); "" leaves e as it is.
+func (e Env) WithDatabaseURL(url string) Env {
+	if url == "" {
+		return e
+	}
+	getenv := e.getenv()
+	e.Getenv = func(name string) string {
+		switch name {
+		case "OUTBOX_DATABASE_URL":
+			return url
+		case "OUTBOX_DB_SECRET_ARN", "OUTBOX_DB_IAM_AUTH":
+			return ""
+		}
+		return getenv(name)
+	}
+	return e
+}
+
+// LambdaRuntimeAPI is the address of the Lambda Runtime API, "" outside
+// Lambda: a failed cold start reports its error there.
+func LambdaRuntimeAPI(env Env) string { return env.getenv()("AWS_LAMBDA_RUNTIME_API") }
