@@ -27,6 +27,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/migrations"
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
@@ -361,18 +362,18 @@ func runDemo(ctx context.Context, g *globalOptions, opts demoOptions, w io.Write
 // database, the routes, and batches large enough to drain the demo's
 // queue in a few invocations. The caller's own environment (say an
 // OUTBOX_ROUTES_FILE, or an X-Ray daemon) does not leak in.
-func demoConfig(dbURL, routes, sinkSecret string) (config.Reaper, config.Dispatch, error) {
+func demoConfig(dbURL, routes, sinkSecret string) (config.Reaper, dispatchconfig.Dispatch, error) {
 	reaper, err := config.LoadReaper(config.Env{}.WithDatabaseURL(dbURL))
 	if err != nil {
-		return config.Reaper{}, config.Dispatch{}, err
+		return config.Reaper{}, dispatchconfig.Dispatch{}, err
 	}
 	table, err := route.Parse([]byte(routes), route.Options{})
 	if err != nil {
-		return config.Reaper{}, config.Dispatch{}, err
+		return config.Reaper{}, dispatchconfig.Dispatch{}, err
 	}
-	return reaper, config.Dispatch{
+	return reaper, dispatchconfig.Dispatch{
 		Function:       reaper.Function,
-		Engine:         dispatch.Config{BatchSize: 1000, MaxBatches: dispatch.MaxMaxBatches},
+		Engine:         dispatch.Config{BatchSize: 1000, MaxBatches: config.MaxMaxBatches},
 		Routes:         table,
 		SigningSecrets: map[string]string{config.SinkSecretVariable: sinkSecret},
 	}, nil

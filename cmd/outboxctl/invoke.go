@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 )
@@ -42,7 +43,7 @@ func build[C any, H any, A any](load func(config.Env) (C, error), newHandler fun
 // functions are the Lambda functions invoke can run, by their names in
 // functions/ and template.yaml.
 var functions = map[string]invocable{
-	"dispatch":   build(config.LoadDispatch, dispatchfn.New, (*dispatchfn.Handler).Handle),
+	"dispatch":   build(dispatchconfig.Load, dispatchfn.New, (*dispatchfn.Handler).Handle),
 	"reaper":     build(config.LoadReaper, handler.NewReaper, (*handler.Reaper).Handle),
 	"dlq-replay": build(config.LoadReplay, handler.NewReplay, (*handler.Replay).Handle),
 	"metrics":    build(config.LoadMetrics, handler.NewMetrics, (*handler.Metrics).Handle),

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
-	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/serve"
 )
@@ -51,7 +51,7 @@ retryable), and the process exits 0. Logs are JSON lines on stdout.`,
 				return usagef("--batch-size must not be negative, got %d", cfg.BatchSize)
 			}
 			ctx := cmd.Context()
-			setup, err := config.LoadServe(g.env(), cfg.ReaperInterval > 0)
+			setup, err := dispatchconfig.LoadServe(g.env(), cfg.ReaperInterval > 0)
 			if err != nil {
 				// The dispatch function's cold start would fail the same way.
 				return fmt.Errorf("serve: cannot start: %w", err)
@@ -71,6 +71,6 @@ retryable), and the process exits 0. Logs are JSON lines on stdout.`,
 	f.DurationVar(&cfg.Debounce, "debounce", serve.DefaultDebounce, "after a notification, wait this long for more commits before claiming")
 	f.DurationVar(&cfg.ReaperInterval, "reaper-interval", time.Minute, "run the reaper this often, and at start (0: never)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "on SIGTERM, how long the batch in hand may take")
-	f.IntVar(&cfg.BatchSize, "batch-size", 0, fmt.Sprintf("messages per claim (default $OUTBOX_BATCH_SIZE, %d)", dispatch.DefaultBatchSize))
+	f.IntVar(&cfg.BatchSize, "batch-size", 0, fmt.Sprintf("messages per claim (default $OUTBOX_BATCH_SIZE, %d)", config.DefaultBatchSize))
 	return cmd
 }

@@ -13,12 +13,13 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 )
 
 func main() {
-	cfg, err := config.LoadDispatch(config.OS())
+	cfg, err := dispatchconfig.Load(config.OS())
 	if err != nil {
 		handler.FailInit("dispatch", err)
 	}

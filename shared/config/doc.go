@@ -1,17 +1,24 @@
-// Package config is the one package that reads the environment. It holds
-// the registry of the OUTBOX_* variables — every name, default, limit and
-// line of documentation, in one place — and turns the environment into
-// the typed configuration of each function: Dispatch, Reaper, Replay,
-// Metrics, and Serve for outboxctl serve. Each is composed of the
-// components' own configurations (pgconn.Config, dispatch.Config,
-// route.Table, tracing.Config, …); the components never see a variable's
-// name.
+// Package config reads the environment; nothing else does. It holds the
+// registry of the OUTBOX_* variables — every name, default, limit and line
+// of documentation, in one place — and turns the environment into the
+// typed configuration of each function: Reaper, Replay and Metrics here,
+// and in its part for the dispatch function, package dispatchconfig,
+// Dispatch and outboxctl serve's Serve. Each is composed of the
+// components' own configurations (pgconn.Config, tracing.Config, the log
+// level, and in dispatchconfig dispatch.Config and the parsed route.Table);
+// the components never see a variable's name.
 //
 //	cfg, err := config.LoadReaper(config.OS())
 //	if err != nil {
 //		handler.FailInit("reaper", err) // every problem, one per line, each naming its variable
 //	}
 //	h, closeFn, err := handler.NewReaper(ctx, cfg, handler.Deps{})
+//
+// The dispatch function's part is apart so that the other functions do
+// not link the routes' JSON Schema library, whose package initialisation
+// every cold start would pay; for the same reason the dispatch engine's
+// defaults and limits are declared here (DefaultBatchSize, MaxBatchSize, …)
+// and shared/dispatch refers to them, not the other way round.
 //
 // # Problems
 //
@@ -52,7 +59,7 @@
 //
 // The README's configuration reference is generated from Variables and
 // checked by a test; another test parses the module and fails when an
-// OUTBOX_* variable is read outside this package (the test harness's
-// OUTBOX_TEST_* variables are read by shared/pgtest alone), or when a
-// registered variable is read nowhere.
+// OUTBOX_* variable is read outside this package and dispatchconfig, or in
+// both (the test harness's OUTBOX_TEST_* variables are read by
+// shared/pgtest alone), or when a registered variable is read nowhere.
 package config

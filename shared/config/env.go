@@ -15,6 +15,12 @@ type Env struct {
 // OS is the process's environment.
 func OS() Env { return Env{Getenv: os.Getenv, ReadFile: os.ReadFile} }
 
+// Get is a variable's value as it is, "" when unset.
+func (e Env) Get(name string) string { return e.getenv()(name) }
+
+// Read reads a file the configuration names (OUTBOX_ROUTES_FILE's).
+func (e Env) Read(path string) ([]byte, error) { return e.readFile()(path) }
+
 func (e Env) getenv() func(string) string {
 	if e.Getenv == nil {
 		return func(string) string { return "" }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
@@ -27,6 +26,26 @@ type Variable struct {
 	// reader enforces them and Usage quotes them.
 	min, max int64
 }
+
+// The dispatch engine's defaults and limits, which shared/dispatch applies
+// and checks too. They are declared here, not there, because this package
+// must not import shared/dispatch: that would link the routes' JSON Schema
+// library, and its package initialisation, into every function.
+const (
+	DefaultBatchSize         = 500
+	DefaultMaxBatches        = 10
+	DefaultLease             = 5 * time.Minute
+	DefaultSafetyMargin      = 10 * time.Second
+	DefaultTargetConcurrency = 8
+	DefaultOrderedRun        = 100
+	DefaultBatchBytes        = 64 << 20
+	// MaxBatchSize is the most messages outbox.claim_batch takes at once.
+	MaxBatchSize = 10_000
+	// MaxMaxBatches bounds the claims of one run.
+	MaxMaxBatches = 1000
+	// MinBatchBytes is the smallest payload budget of a claim.
+	MinBatchBytes = 1 << 20
+)
 
 // Limits of the variables that are not a component's own: the range an
 // operator may set, where the component would accept more.
@@ -107,15 +126,15 @@ var Variables = []Variable{
 	text("OUTBOX_ROUTES_FILE", "", "dispatch", "Path of a JSON or YAML routes file, instead of OUTBOX_ROUTES."),
 
 	// Dispatch (shared/dispatch).
-	count("OUTBOX_BATCH_SIZE", dispatch.DefaultBatchSize, 1, dispatch.MaxBatchSize, "dispatch", "Messages per claim ({min}-{max}); an event's batch_size overrides it."),
-	count("OUTBOX_MAX_BATCHES", dispatch.DefaultMaxBatches, 1, dispatch.MaxMaxBatches, "dispatch", "Claims per invocation ({min}-{max}); an event's max_batches overrides it."),
+	count("OUTBOX_BATCH_SIZE", DefaultBatchSize, 1, MaxBatchSize, "dispatch", "Messages per claim ({min}-{max}); an event's batch_size overrides it."),
+	count("OUTBOX_MAX_BATCHES", DefaultMaxBatches, 1, MaxMaxBatches, "dispatch", "Claims per invocation ({min}-{max}); an event's max_batches overrides it."),
 	text("OUTBOX_NAMESPACES", "", "dispatch", "Comma-separated namespaces this dispatcher claims (default all); an event's namespaces overrides it."),
 	duration("OUTBOX_FUNCTION_TIMEOUT", 0, time.Second, MaxFunctionTimeout, "dispatch", "The function's timeout (the template sets it); the lease must exceed it plus the safety margin."),
-	duration("OUTBOX_LEASE", 0, time.Second, MaxLease, "dispatch", "How long a claim holds its messages; default the function timeout plus the safety margin plus "+shortDuration(LeaseSlack)+", or "+shortDuration(dispatch.DefaultLease)+" outside Lambda."),
-	duration("OUTBOX_SAFETY_MARGIN", dispatch.DefaultSafetyMargin, time.Second, MaxSafetyMargin, "dispatch", "No batch is claimed that would start publishing with less time than this left before the deadline."),
-	count("OUTBOX_TARGET_CONCURRENCY", dispatch.DefaultTargetConcurrency, 1, MaxTargetConcurrency, "dispatch", "Targets published to at once within a batch (each target also bounds its own calls)."),
-	count("OUTBOX_ORDERED_RUN", dispatch.DefaultOrderedRun, 1, dispatch.MaxBatchSize, "dispatch", "Messages of one ordering key a claim hands out: the key's head and those queued behind it, delivered in order ({min}-{max})."),
-	count("OUTBOX_BATCH_MAX_BYTES", dispatch.DefaultBatchBytes, dispatch.MinBatchBytes, MaxBatchBytes, "dispatch", "Payload bytes one claim may load (at least {min}): the memory budget per batch; two batches are in memory at once."),
+	duration("OUTBOX_LEASE", 0, time.Second, MaxLease, "dispatch", "How long a claim holds its messages; default the function timeout plus the safety margin plus "+shortDuration(LeaseSlack)+", or "+shortDuration(DefaultLease)+" outside Lambda."),
+	duration("OUTBOX_SAFETY_MARGIN", DefaultSafetyMargin, time.Second, MaxSafetyMargin, "dispatch", "No batch is claimed that would start publishing with less time than this left before the deadline."),
+	count("OUTBOX_TARGET_CONCURRENCY", DefaultTargetConcurrency, 1, MaxTargetConcurrency, "dispatch", "Targets published to at once within a batch (each target also bounds its own calls)."),
+	count("OUTBOX_ORDERED_RUN", DefaultOrderedRun, 1, MaxBatchSize, "dispatch", "Messages of one ordering key a claim hands out: the key's head and those queued behind it, delivered in order ({min}-{max})."),
+	count("OUTBOX_BATCH_MAX_BYTES", DefaultBatchBytes, MinBatchBytes, MaxBatchBytes, "dispatch", "Payload bytes one claim may load (at least {min}): the memory budget per batch; two batches are in memory at once."),
 	count("OUTBOX_ATTEMPT_CEILING", lease.DefaultAttemptCeiling, 1, MaxAttemptCeiling, "dispatch, reaper", "Hard ceiling on attempts the database applies whatever a route says ({min}-{max}); a route's retry.max_attempts may not exceed it."),
 
 	// Reaper.

@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/retry"
 )
 
 // Config is the engine's configuration. Zero fields take their defaults.
 type Config struct {
-	// BatchSize is the most messages one claim takes (1..MaxBatchSize).
+	// BatchSize is the most messages one claim takes
+	// (1..config.MaxBatchSize).
 	BatchSize int
-	// MaxBatches bounds the claims of one run (1..MaxMaxBatches).
+	// MaxBatches bounds the claims of one run (1..config.MaxMaxBatches).
 	MaxBatches int
 	// Namespaces restricts claims to these namespaces (default: all).
 	Namespaces []string
@@ -22,7 +24,7 @@ type Config struct {
 	// claim-and-complete cycle, so this keeps a target busy with one key.
 	OrderedRun int
 	// BatchBytes bounds the payload bytes of one claim (at least
-	// MinBatchBytes): the
+	// config.MinBatchBytes): the
 	// dispatcher's memory budget per batch. Two batches are in memory at
 	// once (one published while the next is claimed), each about three
 	// times its payload bytes with the encoded requests.
@@ -85,49 +87,37 @@ func (n Names) withDefaults() Names {
 	return n
 }
 
-// Defaults (a zero field takes its default) and limits.
-const (
-	DefaultBatchSize         = 500
-	DefaultMaxBatches        = 10
-	DefaultLease             = 5 * time.Minute
-	DefaultSafetyMargin      = 10 * time.Second
-	DefaultCompletionReserve = 2 * time.Second
-	DefaultTargetConcurrency = 8
-	DefaultOrderedRun        = 100
-	DefaultBatchBytes        = 64 << 20
-	// MaxBatchSize is the most messages outbox.claim_batch takes at once.
-	MaxBatchSize = 10_000
-	// MaxMaxBatches bounds the claims of one run.
-	MaxMaxBatches = 1000
-	// MinBatchBytes is the smallest payload budget of a claim.
-	MinBatchBytes = 1 << 20
-)
+// DefaultCompletionReserve is the completion reserve unless half the
+// safety margin is less. The other defaults and limits, those of
+// environment variables, are the config package's (config.DefaultBatchSize,
+// config.MaxBatchSize, …): declared once, in the registry.
+const DefaultCompletionReserve = 2 * time.Second
 
 // WithDefaults fills the zero fields.
 func (c Config) WithDefaults() Config {
 	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
+		c.BatchSize = config.DefaultBatchSize
 	}
 	if c.MaxBatches == 0 {
-		c.MaxBatches = DefaultMaxBatches
+		c.MaxBatches = config.DefaultMaxBatches
 	}
 	if c.Lease == 0 {
-		c.Lease = DefaultLease
+		c.Lease = config.DefaultLease
 	}
 	if c.SafetyMargin == 0 {
-		c.SafetyMargin = DefaultSafetyMargin
+		c.SafetyMargin = config.DefaultSafetyMargin
 	}
 	if c.CompletionReserve == 0 {
 		c.CompletionReserve = min(DefaultCompletionReserve, c.SafetyMargin/2)
 	}
 	if c.TargetConcurrency == 0 {
-		c.TargetConcurrency = DefaultTargetConcurrency
+		c.TargetConcurrency = config.DefaultTargetConcurrency
 	}
 	if c.OrderedRun == 0 {
-		c.OrderedRun = DefaultOrderedRun
+		c.OrderedRun = config.DefaultOrderedRun
 	}
 	if c.BatchBytes == 0 {
-		c.BatchBytes = DefaultBatchBytes
+		c.BatchBytes = config.DefaultBatchBytes
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -146,11 +136,11 @@ func (c Config) Validate() error {
 	c = c.WithDefaults()
 	n := c.Names
 	var errs []error
-	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
-		errs = append(errs, fmt.Errorf("%s must be between 1 and %d, got %d", n.BatchSize, MaxBatchSize, c.BatchSize))
+	if c.BatchSize < 1 || c.BatchSize > config.MaxBatchSize {
+		errs = append(errs, fmt.Errorf("%s must be between 1 and %d, got %d", n.BatchSize, config.MaxBatchSize, c.BatchSize))
 	}
-	if c.MaxBatches < 1 || c.MaxBatches > MaxMaxBatches {
-		errs = append(errs, fmt.Errorf("%s must be between 1 and %d, got %d", n.MaxBatches, MaxMaxBatches, c.MaxBatches))
+	if c.MaxBatches < 1 || c.MaxBatches > config.MaxMaxBatches {
+		errs = append(errs, fmt.Errorf("%s must be between 1 and %d, got %d", n.MaxBatches, config.MaxMaxBatches, c.MaxBatches))
 	}
 	if c.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("%s must be at least 1s, got %s", n.Lease, c.Lease))
@@ -161,11 +151,11 @@ func (c Config) Validate() error {
 	if c.CompletionReserve <= 0 || c.CompletionReserve >= c.SafetyMargin {
 		errs = append(errs, fmt.Errorf("the completion reserve (%s) must be positive and below %s (%s)", c.CompletionReserve, n.SafetyMargin, c.SafetyMargin))
 	}
-	if c.OrderedRun < 1 || c.OrderedRun > MaxBatchSize {
-		errs = append(errs, fmt.Errorf("%s must be between 1 and %d, got %d", n.OrderedRun, MaxBatchSize, c.OrderedRun))
+	if c.OrderedRun < 1 || c.OrderedRun > config.MaxBatchSize {
+		errs = append(errs, fmt.Errorf("%s must be between 1 and %d, got %d", n.OrderedRun, config.MaxBatchSize, c.OrderedRun))
 	}
-	if c.BatchBytes < MinBatchBytes {
-		errs = append(errs, fmt.Errorf("%s must be at least 1 MiB (%d), got %d", n.BatchBytes, MinBatchBytes, c.BatchBytes))
+	if c.BatchBytes < config.MinBatchBytes {
+		errs = append(errs, fmt.Errorf("%s must be at least 1 MiB (%d), got %d", n.BatchBytes, config.MinBatchBytes, c.BatchBytes))
 	}
 	if c.TargetConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("%s must be at least 1, got %d", n.TargetConcurrency, c.TargetConcurrency))

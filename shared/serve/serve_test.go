@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -123,7 +124,7 @@ func environment(db *pgtest.DB, snk *testSink, extra map[string]string) config.E
 // open loads the server's configuration from env as outboxctl serve does,
 // and opens it.
 func open(ctx context.Context, env config.Env, cfg serve.Config) (*serve.Server, func(), error) {
-	setup, err := config.LoadServe(env, cfg.ReaperInterval > 0)
+	setup, err := dispatchconfig.LoadServe(env, cfg.ReaperInterval > 0)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/pgconn"
@@ -26,7 +26,7 @@ const ListenApplicationName = "outbox-dispatcher/serve-listen"
 // database settings, for LISTEN. cfg.Log defaults to the dispatch runtime's
 // JSON logger and cfg.WorkerID to "serve@<host>:<random>". The returned
 // function closes every pool; call it after Run returns.
-func Open(ctx context.Context, setup config.Serve, deps handler.Deps, cfg Config) (*Server, func(), error) {
+func Open(ctx context.Context, setup dispatchconfig.Serve, deps handler.Deps, cfg Config) (*Server, func(), error) {
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {

@@ -12,7 +12,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/latency"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
-	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/route"
@@ -281,8 +281,8 @@ func EngineClaim(batchSize int) (lease.ClaimParams, error) {
 		return lease.ClaimParams{}, err
 	}
 	return lease.ClaimParams{
-		WorkerID: "scaling", BatchSize: batchSize, Lease: dispatch.DefaultLease,
-		MaxRun: dispatch.DefaultOrderedRun, MaxBytes: dispatch.DefaultBatchBytes, MaxPayloadBytes: routes.Routes[0].MaxPayloadBytes,
+		WorkerID: "scaling", BatchSize: batchSize, Lease: config.DefaultLease,
+		MaxRun: config.DefaultOrderedRun, MaxBytes: config.DefaultBatchBytes, MaxPayloadBytes: routes.Routes[0].MaxPayloadBytes,
 	}, nil
 }
 

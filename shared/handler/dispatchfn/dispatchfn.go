@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/outbox"
@@ -34,11 +35,11 @@ func ParseEvent(raw []byte) (Event, error) {
 	fail := func(format string, args ...any) (Event, error) {
 		return Event{}, &handler.EventError{Function: "dispatch", Problem: fmt.Sprintf(format, args...)}
 	}
-	if ev.BatchSize < 0 || ev.BatchSize > dispatch.MaxBatchSize {
-		return fail("batch_size must be between 1 and %d, got %d", dispatch.MaxBatchSize, ev.BatchSize)
+	if ev.BatchSize < 0 || ev.BatchSize > config.MaxBatchSize {
+		return fail("batch_size must be between 1 and %d, got %d", config.MaxBatchSize, ev.BatchSize)
 	}
-	if ev.MaxBatches < 0 || ev.MaxBatches > dispatch.MaxMaxBatches {
-		return fail("max_batches must be between 1 and %d, got %d", dispatch.MaxMaxBatches, ev.MaxBatches)
+	if ev.MaxBatches < 0 || ev.MaxBatches > config.MaxMaxBatches {
+		return fail("max_batches must be between 1 and %d, got %d", config.MaxMaxBatches, ev.MaxBatches)
 	}
 	for _, ns := range ev.Namespaces {
 		if !outbox.NamePattern.MatchString(ns) {
@@ -105,7 +106,7 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 
 // New builds the dispatch handler from its configuration: the pool, one
 // publisher per target, the engine. The returned function closes the pool.
-func New(ctx context.Context, cfg config.Dispatch, deps handler.Deps) (*Handler, func(), error) {
+func New(ctx context.Context, cfg dispatchconfig.Dispatch, deps handler.Deps) (*Handler, func(), error) {
 	const function = "dispatch"
 	rt := handler.NewRuntime(function, cfg.Function, deps)
 	c, err := handler.Connect(ctx, function, cfg.Function, deps, rt, cfg.AttemptCeiling)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -42,7 +43,7 @@ func TestTheAttemptCeilingBoundsTheRoutes(t *testing.T) {
 					"target": {"type": "eventbridge", "event_bus": "default"}, "retry": {"max_attempts": %d}}]}`, tc.maxAttempts),
 			}
 			var h *dispatchfn.Handler
-			cfg, err := config.LoadDispatch(config.Env{Getenv: func(k string) string { return vars[k] }})
+			cfg, err := dispatchconfig.Load(config.Env{Getenv: func(k string) string { return vars[k] }})
 			if err == nil {
 				var closeFn func()
 				if h, closeFn, err = dispatchfn.New(context.Background(), cfg, handler.Deps{Stdout: io.Discard}); err == nil {

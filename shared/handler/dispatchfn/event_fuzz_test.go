@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/outbox"
@@ -15,7 +15,7 @@ import (
 // FuzzParseEvent: the dispatch function's event comes from a schedule or
 // an operator. Whatever arrives, ParseEvent must not panic, must refuse
 // with an *handler.EventError, and must accept only overrides the engine
-// can run: batch_size 0 (the configured one) to dispatch.MaxBatchSize,
+// can run: batch_size 0 (the configured one) to config.MaxBatchSize,
 // max_batches 0 to 1000, namespaces that are namespaces. An accepted event
 // re-encoded and parsed again means the same.
 func FuzzParseEvent(f *testing.F) {
@@ -44,7 +44,7 @@ func FuzzParseEvent(f *testing.F) {
 			}
 			return
 		}
-		if ev.BatchSize < 0 || ev.BatchSize > dispatch.MaxBatchSize || ev.MaxBatches < 0 || ev.MaxBatches > 1000 {
+		if ev.BatchSize < 0 || ev.BatchSize > config.MaxBatchSize || ev.MaxBatches < 0 || ev.MaxBatches > 1000 {
 			t.Fatalf("accepted out of range: %+v from %q", ev, raw)
 		}
 		for _, ns := range ev.Namespaces {

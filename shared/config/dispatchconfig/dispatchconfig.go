@@ -1,0 +1,181 @@
+// Package dispatchconfig reads the dispatch function's configuration from
+// the environment: the engine's variables and the routes, on top of what
+// package config reads for every function. It is the config package's
+// part that builds a dispatch.Config and parses the routes, apart so that
+// the reaper, replay and metrics functions, which import config, do not
+// link the routes' JSON Schema library and pay for its initialisation at
+// every cold start (as package dispatchfn is apart from package handler).
+//
+// The variables are registered in config.Variables with the others, and
+// read here alone.
+package dispatchconfig
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/route"
+)
+
+// Dispatch is the dispatch function's configuration.
+type Dispatch struct {
+	config.Function
+	Engine dispatch.Config
+	// AttemptCeiling bounds the attempts of every message: the store's,
+	// and every route's max_attempts (Routes was checked against it).
+	AttemptCeiling int
+	Routes         *route.Table
+	// SigningSecrets holds the value of each variable a route's
+	// signing_secret_env names ("" when it is unset), for the webhook
+	// targets to decode.
+	SigningSecrets map[string]string
+}
+
+// Serve is outboxctl serve's configuration: the dispatch function's, and
+// the reaper's when the server runs one.
+type Serve struct {
+	Dispatch Dispatch
+	// Reaper is nil when the server runs no reaper.
+	Reaper *config.Reaper
+}
+
+// ErrNoRoutes is wrapped by the error of a configuration without
+// OUTBOX_ROUTES or OUTBOX_ROUTES_FILE.
+var ErrNoRoutes = errors.New("route: no routes configured")
+
+// engineNames names the engine's settings in its messages.
+var engineNames = dispatch.Names{
+	BatchSize:         "OUTBOX_BATCH_SIZE",
+	MaxBatches:        "OUTBOX_MAX_BATCHES",
+	Lease:             "OUTBOX_LEASE",
+	SafetyMargin:      "OUTBOX_SAFETY_MARGIN",
+	OrderedRun:        "OUTBOX_ORDERED_RUN",
+	BatchBytes:        "OUTBOX_BATCH_MAX_BYTES",
+	TargetConcurrency: "OUTBOX_TARGET_CONCURRENCY",
+}
+
+// Load reads the dispatch function's configuration: every problem
+// (logging, database, engine limits, routes) is reported at once, one per
+// line, each naming its variable.
+func Load(env config.Env) (Dispatch, error) {
+	fn, err := config.LoadFunction(env)
+	d, dispatchErr := load(env, fn)
+	if err := errors.Join(err, dispatchErr); err != nil {
+		return Dispatch{}, err
+	}
+	return d, nil
+}
+
+// LoadServe reads outboxctl serve's configuration: the dispatch
+// function's, and with reaper the reaper's, every problem at once.
+func LoadServe(env config.Env, reaper bool) (Serve, error) {
+	fn, err := config.LoadFunction(env)
+	d, dispatchErr := load(env, fn)
+	problems := []error{err, dispatchErr}
+	var s Serve
+	if reaper {
+		r := config.NewReader(env)
+		c := config.ReadReaper(r, fn)
+		problems = append(problems, r.Err())
+		s.Reaper = &c
+	}
+	if err := errors.Join(problems...); err != nil {
+		return Serve{}, err
+	}
+	s.Dispatch = d
+	return s, nil
+}
+
+// load reads the dispatch variables and the routes.
+func load(env config.Env, fn config.Function) (Dispatch, error) {
+	var problems []error
+	r := config.NewReader(env)
+	d := Dispatch{
+		Function: fn,
+		Engine: dispatch.Config{
+			BatchSize:         r.Int("OUTBOX_BATCH_SIZE"),
+			MaxBatches:        r.Int("OUTBOX_MAX_BATCHES"),
+			Namespaces:        r.List("OUTBOX_NAMESPACES"),
+			FunctionTimeout:   r.Duration("OUTBOX_FUNCTION_TIMEOUT"),
+			SafetyMargin:      r.Duration("OUTBOX_SAFETY_MARGIN"),
+			TargetConcurrency: r.Int("OUTBOX_TARGET_CONCURRENCY"),
+			OrderedRun:        r.Int("OUTBOX_ORDERED_RUN"),
+			BatchBytes:        int64(r.Int("OUTBOX_BATCH_MAX_BYTES")),
+			Names:             engineNames,
+		},
+		AttemptCeiling: config.AttemptCeiling(r),
+	}
+	for _, ns := range d.Engine.Namespaces {
+		if !outbox.NamePattern.MatchString(ns) {
+			r.Fail("OUTBOX_NAMESPACES", "contains %q, which is not a namespace", ns)
+		}
+	}
+	if r.IsSet("OUTBOX_LEASE") {
+		d.Engine.Lease = r.Duration("OUTBOX_LEASE")
+	} else if d.Engine.FunctionTimeout > 0 {
+		d.Engine.Lease = d.Engine.FunctionTimeout + d.Engine.SafetyMargin + config.LeaseSlack
+	}
+	if err := r.Err(); err != nil {
+		problems = append(problems, err)
+	} else if err := d.Engine.Validate(); err != nil {
+		// The engine's own checks, the lease against the timeout above all.
+		problems = append(problems, err)
+	}
+	// The routes are checked against the ceiling the store will apply.
+	routes, err := loadRoutes(env, route.Options{AttemptCeiling: d.AttemptCeiling})
+	if err != nil {
+		problems = append(problems, err)
+	} else {
+		d.Routes = routes
+		d.SigningSecrets = signingSecrets(env, routes)
+	}
+	return d, errors.Join(problems...)
+}
+
+// loadRoutes reads the routes named by OUTBOX_ROUTES (the configuration as
+// text) or OUTBOX_ROUTES_FILE (a path): exactly one must be set. An
+// invalid configuration is a *route.ConfigError whose Source names the
+// variable (and the file).
+func loadRoutes(env config.Env, opts route.Options) (*route.Table, error) {
+	text, path := env.Get("OUTBOX_ROUTES"), env.Get("OUTBOX_ROUTES_FILE")
+	var (
+		data   []byte
+		source string
+	)
+	switch {
+	case text != "" && path != "":
+		return nil, errors.New("route: both OUTBOX_ROUTES and OUTBOX_ROUTES_FILE are set; set exactly one")
+	case text == "" && path == "":
+		return nil, fmt.Errorf("%w: set OUTBOX_ROUTES (the configuration as JSON) or OUTBOX_ROUTES_FILE (the path of a JSON or YAML file)", ErrNoRoutes)
+	case text != "":
+		data, source = []byte(text), "OUTBOX_ROUTES"
+	default:
+		var err error
+		if data, err = env.Read(path); err != nil {
+			return nil, fmt.Errorf("route: OUTBOX_ROUTES_FILE: reading %q: %w", path, err)
+		}
+		source = fmt.Sprintf("OUTBOX_ROUTES_FILE %q", path)
+	}
+	t, err := route.Parse(data, opts)
+	if err != nil {
+		if ce, ok := errors.AsType[*route.ConfigError](err); ok {
+			ce.Source = source
+		}
+		return nil, err
+	}
+	return t, nil
+}
+
+// signingSecrets reads the variables the routes' signing_secret_env name.
+func signingSecrets(env config.Env, routes *route.Table) map[string]string {
+	secrets := map[string]string{}
+	for _, r := range routes.Routes {
+		if name := r.Target.SigningSecretEnv; name != "" {
+			secrets[name] = env.Get(name)
+		}
+	}
+	return secrets
+}
