@@ -54,11 +54,9 @@ type Metrics struct {
 // LoadReaper reads the reaper function's configuration.
 func LoadReaper(env Env) (Reaper, error) {
 	fn, err := LoadFunction(env)
-	problems := []error{err}
 	r := NewReader(env)
 	c := ReadReaper(r, fn)
-	problems = append(problems, r.Err())
-	if err := errors.Join(problems...); err != nil {
+	if err := errors.Join(err, r.Err()); err != nil {
 		return Reaper{}, err
 	}
 	return c, nil
