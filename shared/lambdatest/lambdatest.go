@@ -47,29 +47,40 @@ func Build(t testing.TB, name string) string {
 // BuildBinary is Build for programs that are not tests (a soak, a
 // benchmark driver): it returns an error instead of failing a test.
 func BuildBinary(name string) (string, error) {
+	return BuildPackage("./functions/" + name)
+}
+
+// BuildPackage is BuildBinary for any main package of the module, named
+// by its directory relative to the module's root (e.g. a test function
+// under shared/testkit).
+func BuildPackage(dir string) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if path, ok := built[name]; ok {
+	if path, ok := built[dir]; ok {
 		return path, nil
 	}
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp("", "lambdatest-"+name+"-")
+	tmp, err := os.MkdirTemp("", "lambdatest-"+filepath.Base(dir)+"-")
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "bootstrap")
-	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", out, "./functions/"+name)
+	out := filepath.Join(tmp, "bootstrap")
+	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", out, dir)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build functions/%s: %v\n%s", name, err, msg)
+		return "", fmt.Errorf("build %s: %v\n%s", dir, err, msg)
 	}
-	built[name] = out
+	built[dir] = out
 	return out, nil
 }
+
+// modulePath is the product module's path: builds run from its root even
+// when called from another module that requires it (bench/).
+const modulePath = "github.com/outboxkit/dispatcher"
 
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
@@ -77,12 +88,12 @@ func moduleRoot() (string, error) {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module "+modulePath+"\n") {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
+			return "", fmt.Errorf("no go.mod of module %s above the working directory", modulePath)
 		}
 		dir = parent
 	}
@@ -133,6 +144,10 @@ type Function struct {
 	coldStart time.Duration
 	seq       int
 	traceID   string
+	// freeze: stop the process while it waits for an invocation (frozen
+	// is whether it is stopped now), as Lambda freezes an idle sandbox.
+	freeze bool
+	frozen bool
 }
 
 // DefaultTraceHeader is the Lambda-Runtime-Trace-Id sent with invocations:
@@ -162,6 +177,27 @@ func Start(t testing.TB, binary, name string, env ...string) *Function {
 // Launch is Start for programs that are not tests: the caller stops the
 // function.
 func Launch(binary, name string, env ...string) (*Function, error) {
+	return LaunchWith(binary, name, Options{Env: env})
+}
+
+// Options are LaunchWith's settings.
+type Options struct {
+	// Env (KEY=VALUE) is added to the minimal Lambda environment; a key
+	// given twice takes its last value.
+	Env []string
+	// Stdout and Stderr, when set, receive the process's output instead of
+	// the buffers Stdout() and Stderr() read, which then stay empty: a
+	// long run need not keep everything it printed.
+	Stdout, Stderr io.Writer
+	// Freeze stops the process (SIGSTOP) while it waits for its next
+	// invocation and continues it (SIGCONT) when one arrives, as Lambda
+	// freezes an idle execution environment: its background goroutines
+	// (timers, pool health checks) do not run between invocations.
+	Freeze bool
+}
+
+// LaunchWith is Launch with Options.
+func LaunchWith(binary, name string, opts Options) (*Function, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -170,15 +206,15 @@ func Launch(binary, name string, env ...string) (*Function, error) {
 		name: name, addr: l.Addr().String(), queue: make(chan *invocation),
 		inflight: map[string]*invocation{}, initErr: make(chan *FunctionError, 1),
 		exited: make(chan error, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{},
-		firstPoll: make(chan struct{}),
+		firstPoll: make(chan struct{}), freeze: opts.Freeze,
 	}
+	env := opts.Env
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /2018-06-01/runtime/invocation/next", f.next)
 	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/response", f.respond)
 	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/error", f.fail)
 	mux.HandleFunc("POST /2018-06-01/runtime/init/error", f.failInit)
 	f.server = &http.Server{Handler: mux}
-	go f.server.Serve(l)
 
 	f.cmd = exec.Command(binary)
 	f.cmd.Env = append([]string{
@@ -195,16 +231,41 @@ func Launch(binary, name string, env ...string) (*Function, error) {
 		"AWS_SECRET_ACCESS_KEY=testing",
 		"_HANDLER=bootstrap",
 	}, env...)
-	f.cmd.Stdout, f.cmd.Stderr = f.stdout, f.stderr
+	f.cmd.Stdout, f.cmd.Stderr = io.Writer(f.stdout), io.Writer(f.stderr)
+	if opts.Stdout != nil {
+		f.cmd.Stdout = opts.Stdout
+	}
+	if opts.Stderr != nil {
+		f.cmd.Stderr = opts.Stderr
+	}
 	f.mu.Lock()
 	f.started = time.Now()
 	f.mu.Unlock()
 	if err := f.cmd.Start(); err != nil {
-		f.server.Close()
+		l.Close()
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
+	// Served only now: the handlers signal the process (Freeze), and the
+	// bootstrap's first poll waits in the listener's backlog meanwhile.
+	go f.server.Serve(l)
 	go func() { f.exited <- f.cmd.Wait() }()
 	return f, nil
+}
+
+// Shutdown ends the process as Lambda ends an execution environment it no
+// longer needs: SIGTERM, then SIGKILL if it has not exited within grace.
+// The server is closed too.
+func (f *Function) Shutdown(grace time.Duration) {
+	if exited, _ := f.Exited(); !exited {
+		f.cmd.Process.Signal(syscall.SIGTERM)
+		f.thaw() // a stopped process would not see the signal
+		select {
+		case err := <-f.exited:
+			f.exited <- err
+		case <-time.After(grace):
+		}
+	}
+	f.Stop()
 }
 
 // Stop kills the process and the server.
@@ -277,13 +338,32 @@ func (f *Function) ColdStart(timeout time.Duration) (time.Duration, error) {
 func (f *Function) Invoke(ctx context.Context, payload []byte, budget time.Duration) (Response, error) {
 	f.mu.Lock()
 	f.seq++
+	id := fmt.Sprintf("req-%s-%04d-%d", f.name, f.seq, time.Now().UnixNano()%1_000_000)
+	f.mu.Unlock()
+	return f.InvokeRequest(ctx, Request{ID: id, Payload: payload, Deadline: time.Now().Add(budget)})
+}
+
+// Request is one invocation as the Runtime API hands it to the runtime.
+type Request struct {
+	// ID is the Lambda-Runtime-Aws-Request-Id; it must be unique.
+	ID      string
+	Payload []byte
+	// Deadline is sent as Lambda-Runtime-Deadline-Ms.
+	Deadline time.Time
+}
+
+// InvokeRequest is Invoke with the request id and the deadline chosen by
+// the caller (an emulation of the Lambda service answers with the request
+// id its runtime saw). It returns when the function answers, the process
+// exits or ctx ends, whichever is first; the deadline itself is only
+// passed on: the caller decides what happens when it passes.
+func (f *Function) InvokeRequest(ctx context.Context, req Request) (Response, error) {
 	inv := &invocation{
-		id:       fmt.Sprintf("req-%s-%04d-%d", f.name, f.seq, time.Now().UnixNano()%1_000_000),
-		payload:  payload,
-		deadline: time.Now().Add(budget),
+		id:       req.ID,
+		payload:  req.Payload,
+		deadline: req.Deadline,
 		done:     make(chan Response, 1),
 	}
-	f.mu.Unlock()
 	select {
 	case f.queue <- inv:
 	case e := <-f.initErr:
@@ -360,8 +440,21 @@ func (f *Function) next(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		close(f.firstPoll)
 	})
+	var inv *invocation
 	select {
-	case inv := <-f.queue:
+	case inv = <-f.queue:
+	default:
+		if f.freeze {
+			f.stop()
+		}
+		select {
+		case inv = <-f.queue:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	f.thaw()
+	{
 		f.mu.Lock()
 		f.inflight[inv.id] = inv
 		f.mu.Unlock()
@@ -379,7 +472,26 @@ func (f *Function) next(w http.ResponseWriter, r *http.Request) {
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		w.Write(inv.payload)
-	case <-r.Context().Done():
+	}
+}
+
+// stop freezes the process: it has asked for its next invocation and has
+// none yet.
+func (f *Function) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.frozen && f.cmd.Process.Signal(syscall.SIGSTOP) == nil {
+		f.frozen = true
+	}
+}
+
+// thaw continues a frozen process.
+func (f *Function) thaw() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen {
+		f.cmd.Process.Signal(syscall.SIGCONT)
+		f.frozen = false
 	}
 }
 

@@ -59,6 +59,9 @@ type APIError struct {
 	Message string
 	// RetryAfter, when set, is sent as the Retry-After header.
 	RetryAfter string
+	// Reason, when set, is the body's "Reason", e.g. a throttle's
+	// "ReservedFunctionConcurrentInvocationLimitExceeded".
+	Reason string
 }
 
 // Server is a running fake, closed when the test ends.
@@ -195,16 +198,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 	switch {
 	case readErr != nil:
-		writeAPIError(w, APIError{Status: http.StatusBadRequest, Type: "InvalidRequestContentException", Message: "could not read the request body"})
+		WriteAPIError(w, APIError{Status: http.StatusBadRequest, Type: "InvalidRequestContentException", Message: "could not read the request body"})
 		return
 	case !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 "):
-		writeAPIError(w, APIError{Status: http.StatusForbidden, Type: "MissingAuthenticationTokenException", Message: "Missing Authentication Token"})
+		WriteAPIError(w, APIError{Status: http.StatusForbidden, Type: "MissingAuthenticationTokenException", Message: "Missing Authentication Token"})
 		return
 	case r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, pathPrefix) || !strings.HasSuffix(r.URL.Path, pathSuffix):
-		writeAPIError(w, APIError{Status: http.StatusNotFound, Type: "UnknownOperationException", Message: r.Method + " " + r.URL.Path})
+		WriteAPIError(w, APIError{Status: http.StatusNotFound, Type: "UnknownOperationException", Message: r.Method + " " + r.URL.Path})
 		return
 	case failure != nil:
-		writeAPIError(w, *failure)
+		WriteAPIError(w, *failure)
 		return
 	}
 
@@ -218,7 +221,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	h, ok := s.functions[name]
 	s.mu.Unlock()
 	if !ok {
-		writeAPIError(w, APIError{Status: http.StatusNotFound, Type: "ResourceNotFoundException",
+		WriteAPIError(w, APIError{Status: http.StatusNotFound, Type: "ResourceNotFoundException",
 			Message: "Function not found: " + name})
 		return
 	}
@@ -227,7 +230,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		invocationType = "RequestResponse"
 	}
 	if !json.Valid(payload) && len(payload) > 0 {
-		writeAPIError(w, APIError{Status: http.StatusBadRequest, Type: "InvalidRequestContentException",
+		WriteAPIError(w, APIError{Status: http.StatusBadRequest, Type: "InvalidRequestContentException",
 			Message: "Could not parse request body into json"})
 		return
 	}
@@ -263,14 +266,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body)
 }
 
-// writeAPIError answers as Lambda does: the error type in X-Amzn-ErrorType
+// WriteAPIError answers as Lambda does: the error type in X-Amzn-ErrorType
 // (with Lambda's ":<namespace>" suffix, which the SDK strips) and a JSON
-// body.
-func writeAPIError(w http.ResponseWriter, e APIError) {
+// body. Other emulations of the Invoke API (shared/testkit/lambdaemu)
+// answer their errors with it too.
+func WriteAPIError(w http.ResponseWriter, e APIError) {
 	if e.Message == "" {
 		e.Message = e.Type
 	}
-	body, _ := json.Marshal(map[string]string{"Type": "User", "message": e.Message})
+	doc := map[string]string{"Type": "User", "message": e.Message}
+	if e.Reason != "" {
+		doc["Reason"] = e.Reason
+	}
+	body, _ := json.Marshal(doc)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Amzn-ErrorType", e.Type+":http://internal.amazon.com/coral/com.amazonaws.lambda/")
 	w.Header().Set("x-amzn-RequestId", uuid.NewString())
