@@ -1,0 +1,120 @@
+package workload_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/webhook"
+	"github.com/outboxkit/dispatcher/shared/testkit/workload"
+)
+
+// TestProducedMessagesAreMeasuredAtTheTarget drives the whole chain by
+// hand: producers commit, a claimer counted by the database claims, the
+// product's webhook publisher delivers to the target, and the measurement
+// finds every message with a latency.
+func TestProducedMessagesAreMeasuredAtTheTarget(t *testing.T) {
+	t.Parallel()
+	const latency = 5 * time.Millisecond
+	db := pgtest.New(t)
+	ctx := t.Context()
+	if err := workload.EnableFunctionStats(ctx, db.Pool, db.Name); err != nil {
+		t.Fatal(err)
+	}
+	ledger := workload.NewLedger()
+	produceCtx, stop := context.WithTimeout(ctx, time.Second)
+	defer stop()
+	ps, err := workload.Produce(produceCtx, workload.ProducerConfig{Pool: db.Pool, Rate: 200, MessagesPerTx: 4, Ledger: ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored int64
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.pending`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if ps.Messages == 0 || ps.Messages != int64(ledger.Len()) || ps.Messages != stored || ps.Transactions*4 != ps.Messages {
+		t.Fatalf("producers: %+v, ledger %d, table %d", ps, ledger.Len(), stored)
+	}
+
+	target, err := workload.StartTarget(latency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	secret, err := webhook.ParseSecret(target.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := webhook.New(nil, webhook.Config{URL: target.URL, Secret: secret, Concurrency: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimer, err := pgxpool.New(ctx, db.URL) // new sessions: counted
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := lease.NewStore(claimer)
+	claims := 0
+	for {
+		msgs, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "measure", BatchSize: 100, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims++
+		if len(msgs) == 0 {
+			break
+		}
+		ptrs := make([]*lease.Message, len(msgs))
+		for i := range msgs {
+			ptrs[i] = &msgs[i]
+		}
+		for i, r := range pub.Publish(ctx, ptrs) {
+			if r.Kind != publish.Delivered {
+				t.Fatalf("message %s: %+v", msgs[i].ID, r)
+			}
+		}
+	}
+	claimer.Close() // a session's counts are reported when it ends
+
+	m := workload.Measure(ledger, target)
+	if m.Committed != int(ps.Messages) || m.Received != m.Committed || m.Missing != 0 || m.Unexpected != 0 || m.Latency.Min < latency {
+		t.Errorf("measurement: %+v", m)
+	}
+	if c := target.Counts(); c.Calls != int64(m.Received) || c.Duplicates != 0 || c.Refused != 0 {
+		t.Errorf("target counts %+v for %d messages", c, m.Received)
+	}
+	if share := m.ShareWithin(m.Latency.Max); share != 1 {
+		t.Errorf("ShareWithin(max) = %g", share)
+	}
+	var counted int64
+	deadline := time.Now().Add(10 * time.Second)
+	for counted < int64(claims) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		if counted, err = workload.ClaimCalls(ctx, db.Pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if counted != int64(claims) {
+		t.Errorf("the database counted %d claim_batch calls, the claimer made %d", counted, claims)
+	}
+}
+
+func TestSummarise(t *testing.T) {
+	t.Parallel()
+	var samples []time.Duration
+	for i := 1; i <= 1000; i++ {
+		samples = append(samples, time.Duration(i)*time.Millisecond)
+	}
+	s := workload.Summarise(samples)
+	if s.N != 1000 || s.P50 != 500*time.Millisecond || s.P99 != 990*time.Millisecond || s.P999 != 999*time.Millisecond || s.Max != time.Second || s.Min != time.Millisecond {
+		t.Errorf("Summarise: %+v", s)
+	}
+	if (workload.Summarise(nil) != workload.Summary{}) {
+		t.Error("Summarise(nil) is not zero")
+	}
+}
