@@ -1,0 +1,91 @@
+// Command deploybench runs the serverless deployment under the Lambda
+// emulation at an offered rate and prints what it measured (package
+// shared/testkit/deploybench): the commit-to-receipt latency of every
+// message, the throughput, the claims per second. It creates a scratch
+// database on the server OUTBOX_BENCH_DATABASE_URL names (else
+// OUTBOX_TEST_DATABASE_URL, else the local test server) and drops it.
+//
+//	go run ./shared/testkit/deploybench/cmd/deploybench [-rate 1000] [-duration 60s] [-compression 12] …
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
+	"github.com/outboxkit/dispatcher/shared/testkit/workload"
+)
+
+func main() {
+	var (
+		cfg      deploybench.Config
+		env      string
+		jsonPath string
+	)
+	flag.Float64Var(&cfg.Rate, "rate", 1000, "offered messages per second")
+	flag.IntVar(&cfg.MessagesPerTx, "tx", 5, "messages per producer transaction")
+	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long the producers run")
+	flag.DurationVar(&cfg.TargetLatency, "latency", 20*time.Millisecond, "the webhook target's time per call")
+	flag.IntVar(&cfg.RouteConcurrency, "route-concurrency", 64, "the route's calls in flight")
+	flag.StringVar(&cfg.Schedule, "schedule", deploybench.TemplateSchedule, "the dispatch schedule (a rate expression)")
+	flag.Float64Var(&cfg.Compression, "compression", 12, "how many times faster than real time the schedule ticks")
+	flag.DurationVar(&cfg.Timeout, "timeout", deploybench.TemplateTimeout, "the dispatch function's timeout")
+	flag.IntVar(&cfg.ReservedConcurrency, "reserved-concurrency", 0, "the dispatch function's reserved concurrency (0: none)")
+	flag.StringVar(&env, "env", "", "extra dispatch function variables, KEY=VALUE,KEY=VALUE (override the template's)")
+	flag.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
+	flag.Parse()
+	if env != "" {
+		cfg.FunctionEnv = strings.Split(env, ",")
+	}
+	cfg.Logf = log.Printf
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, jsonPath); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, cfg deploybench.Config, jsonPath string) error {
+	binary, err := lambdatest.BuildBinary("dispatch")
+	if err != nil {
+		return err
+	}
+	server := os.Getenv("OUTBOX_BENCH_DATABASE_URL")
+	if server == "" {
+		server = os.Getenv("OUTBOX_TEST_DATABASE_URL")
+	}
+	if server == "" {
+		server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	db, err := workload.CreateDatabase(ctx, server, "outbox_deploybench")
+	if err != nil {
+		return err
+	}
+	defer db.Drop()
+	cfg.DatabaseURL, cfg.DispatchBinary = db.URL, binary
+
+	rep, err := deploybench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	rep.Print(os.Stdout)
+	if jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(jsonPath, b, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", jsonPath, err)
+		}
+	}
+	return nil
+}

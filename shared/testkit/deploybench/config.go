@@ -1,0 +1,139 @@
+package deploybench
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
+)
+
+// Config is one run: the deployment, the offered load and the target.
+type Config struct {
+	// DatabaseURL names a migrated database, as a superuser (to turn on
+	// the counting of claim_batch calls). Required.
+	DatabaseURL string
+	// DispatchBinary is the dispatch bootstrap (lambdatest.BuildBinary).
+	// Required.
+	DispatchBinary string
+
+	// Rate is the offered load in messages per second (default 1,000),
+	// in transactions of MessagesPerTx (default 5), for Duration (default
+	// 60 s).
+	Rate          float64
+	MessagesPerTx int
+	Duration      time.Duration
+	// TargetLatency is the webhook target's time per call (default 20 ms);
+	// RouteConcurrency the route's calls in flight (default 64: enough
+	// for the offered rate at that latency, so that the target is not
+	// the bottleneck).
+	TargetLatency    time.Duration
+	RouteConcurrency int
+
+	// Schedule is the dispatch schedule (default the template's
+	// "rate(1 minute)"), run Compression times faster (default 12: a
+	// "minute" of 5 s).
+	Schedule    string
+	Compression float64
+	// Timeout, MemoryMB and ReservedConcurrency are the dispatch
+	// function's (defaults the template's: 60 s, 256 MB, none).
+	Timeout             time.Duration
+	MemoryMB            int
+	ReservedConcurrency int
+	// Async is the function's asynchronous invocation configuration
+	// (default: the template's MaximumRetryAttempts 0, Lambda's other
+	// defaults).
+	Async lambdaemu.AsyncConfig
+	// FunctionEnv adds to or overrides the dispatch function's
+	// environment, which starts as the template's defaults
+	// (TemplateEnv).
+	FunctionEnv []string
+
+	// Drain bounds the wait for the last messages after the producers
+	// stop (default three ticks plus the timeout).
+	Drain time.Duration
+	// Logf, when set, hears about progress.
+	Logf func(format string, args ...any) `json:"-"`
+}
+
+// Template defaults of the dispatch function (template.yaml).
+const (
+	TemplateSchedule   = "rate(1 minute)"
+	TemplateTimeout    = 60 * time.Second
+	TemplateMemoryMB   = 256
+	TemplateBatchSize  = 500
+	TemplateMaxBatches = 20
+	TemplateOrderedRun = 100
+)
+
+// TemplateEnv is the dispatch function's environment as the template sets
+// it by default, less the database and routes, which the run supplies.
+func TemplateEnv(timeout time.Duration) []string {
+	return []string{
+		fmt.Sprintf("OUTBOX_BATCH_SIZE=%d", TemplateBatchSize),
+		fmt.Sprintf("OUTBOX_MAX_BATCHES=%d", TemplateMaxBatches),
+		fmt.Sprintf("OUTBOX_ORDERED_RUN=%d", TemplateOrderedRun),
+		fmt.Sprintf("OUTBOX_FUNCTION_TIMEOUT=%ds", int(timeout.Seconds())),
+		"OUTBOX_METRICS_NAMESPACE=Outbox",
+		// LoggingConfig: LogFormat JSON, ApplicationLogLevel INFO.
+		"AWS_LAMBDA_LOG_FORMAT=JSON",
+		"AWS_LAMBDA_LOG_LEVEL=INFO",
+	}
+}
+
+func (c Config) withDefaults() Config {
+	if c.Rate == 0 {
+		c.Rate = 1000
+	}
+	if c.MessagesPerTx == 0 {
+		c.MessagesPerTx = 5
+	}
+	if c.Duration == 0 {
+		c.Duration = time.Minute
+	}
+	if c.TargetLatency == 0 {
+		c.TargetLatency = 20 * time.Millisecond
+	}
+	if c.RouteConcurrency == 0 {
+		c.RouteConcurrency = 64
+	}
+	if c.Schedule == "" {
+		c.Schedule = TemplateSchedule
+	}
+	if c.Compression == 0 {
+		c.Compression = 12
+	}
+	if c.Timeout == 0 {
+		c.Timeout = TemplateTimeout
+	}
+	if c.MemoryMB == 0 {
+		c.MemoryMB = TemplateMemoryMB
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("deploybench: DatabaseURL is required"))
+	}
+	if c.DispatchBinary == "" {
+		errs = append(errs, errors.New("deploybench: DispatchBinary is required"))
+	}
+	if c.Rate < 0 || c.Duration < 0 || c.TargetLatency < 0 || c.Drain < 0 {
+		errs = append(errs, errors.New("deploybench: Rate, Duration, TargetLatency and Drain must not be negative"))
+	}
+	if c.Timeout%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("deploybench: Timeout must be whole seconds, as Lambda's, got %s", c.Timeout))
+	}
+	if _, err := lambdaemu.ParseRate(c.Schedule); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// tick is the real time between two scheduled invocations.
+func (c Config) tick() time.Duration {
+	rate, _ := lambdaemu.ParseRate(c.Schedule)
+	return time.Duration(float64(rate) / c.Compression)
+}

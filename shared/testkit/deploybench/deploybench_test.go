@@ -1,0 +1,42 @@
+package deploybench_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
+)
+
+// TestSmallRunDeliversEverything runs the driver briefly and checks what
+// it counts, never how fast: the figures are for the benchmark.
+func TestSmallRunDeliversEverything(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rep, err := deploybench.Run(t.Context(), deploybench.Config{
+		DatabaseURL: db.URL, DispatchBinary: lambdatest.Build(t, "dispatch"),
+		Rate: 100, Duration: 2 * time.Second, Compression: 60, // a tick a second
+		Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Measurement
+	if m.Committed == 0 || m.Received != m.Committed || m.Missing != 0 || m.Latency.N != m.Received {
+		t.Errorf("measurement: %+v", m)
+	}
+	if rep.Answers.Delivered != m.Committed || rep.Dispatch.Invocations != rep.Ticks || rep.Ticks == 0 {
+		t.Errorf("%d ticks, %d invocations delivered %d of %d messages", rep.Ticks, rep.Dispatch.Invocations, rep.Answers.Delivered, m.Committed)
+	}
+	if rep.ClaimCalls < int64(rep.Answers.Batches) {
+		t.Errorf("the database counted %d claims, the invocations made %d batches", rep.ClaimCalls, rep.Answers.Batches)
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	if !strings.Contains(out.String(), "rate(1 minute) compressed ×60: a tick every 1s") {
+		t.Errorf("the report does not say how the schedule was compressed:\n%s", out.String())
+	}
+	t.Log("\n" + out.String())
+}

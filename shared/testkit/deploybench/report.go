@@ -1,0 +1,118 @@
+package deploybench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
+	"github.com/outboxkit/dispatcher/shared/testkit/workload"
+)
+
+// Report is what one run measured.
+type Report struct {
+	Config Config
+	// Schedule says how the schedule ran, its compression included.
+	Schedule string
+	Ticks    int
+	// Elapsed runs from the start of the producers to the last invocation's
+	// end.
+	Elapsed     time.Duration
+	Producers   workload.ProducerStats
+	Measurement workload.Measurement
+	Target      workload.TargetCounts
+	// Dispatch is what the emulated Lambda service saw of the function;
+	// Answers sums the invocations' answers.
+	Dispatch lambdaemu.Stats
+	Answers  Answers
+	// ClaimCalls counts outbox.claim_batch calls during the run.
+	ClaimCalls int64
+	// ErrorLines are the first error lines the function printed.
+	ErrorLines []string
+}
+
+// ClaimsPerSecond is ClaimCalls over Elapsed.
+func (r Report) ClaimsPerSecond() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.ClaimCalls) / r.Elapsed.Seconds()
+}
+
+// Print writes the report for a reader.
+func (r Report) Print(w io.Writer) {
+	c, m, d := r.Config, r.Measurement, r.Dispatch
+	p := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "  %-12s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintln(w, "The serverless deployment under the Lambda emulation (shared/testkit/lambdaemu):")
+	p("schedule", "%s; %d ticks", r.Schedule, r.Ticks)
+	reserved := "none"
+	if c.ReservedConcurrency > 0 {
+		reserved = fmt.Sprint(c.ReservedConcurrency)
+	}
+	p("function", "dispatch bootstrap, timeout %s (not compressed), %d MB, reserved concurrency %s", c.Timeout, c.MemoryMB, reserved)
+	p("settings", "%s", strings.Join(settings(c), " "))
+	p("target", "webhook answering %s after each call arrives, route concurrency %d", c.TargetLatency, c.RouteConcurrency)
+	p("offered", "%.0f msgs/s in transactions of %d for %s: %d committed (%.1f msgs/s), producer lag at most %s",
+		c.Rate, c.MessagesPerTx, c.Duration, r.Producers.Messages, r.Producers.OfferedRate(), r.Producers.MaxLag.Round(time.Millisecond))
+	p("delivered", "%d of %d (missing %d, unexpected %d), %.1f msgs/s from the first commit to the last receipt; target calls %d, duplicates %d, refused %d",
+		m.Received, m.Committed, m.Missing, m.Unexpected, m.Throughput, r.Target.Calls, r.Target.Duplicates, r.Target.Refused)
+	p("latency", "commit to receipt: %s", m.Latency)
+	tick := c.tick()
+	p("", "within 100ms %.1f%%, 1s %.1f%%, one tick (%s) %.1f%%, two ticks %.1f%%",
+		100*m.ShareWithin(100*time.Millisecond), 100*m.ShareWithin(time.Second), tick, 100*m.ShareWithin(tick), 100*m.ShareWithin(2*tick))
+	p("invocations", "%d: %s; cold starts %d, environments started %d, max concurrency %d",
+		d.Invocations, outcomes(d), d.ColdStarts, d.EnvironmentsStarted, d.MaxConcurrency)
+	p("", "throttles %d sync / %d async, dropped events %d, retries %d, GB-seconds %.2f (billed %s)",
+		d.SyncThrottles, d.AsyncThrottles, sum(d.Dropped), d.AsyncRetries, d.GBSeconds, d.BilledDuration.Round(time.Millisecond))
+	p("answers", "%d batches, %d claimed, %d delivered, %d retried, %d dead; stopped by %s",
+		r.Answers.Batches, r.Answers.Claimed, r.Answers.Delivered, r.Answers.Retried, r.Answers.Dead, counts(r.Answers.StoppedBy))
+	p("claims", "outbox.claim_batch called %d times in %s: %.2f a second", r.ClaimCalls, r.Elapsed.Round(time.Millisecond), r.ClaimsPerSecond())
+	for _, l := range r.ErrorLines {
+		p("error line", "%s", l)
+	}
+}
+
+// settings are the function's engine settings as the run set them.
+func settings(c Config) []string {
+	var out []string
+	for _, kv := range append(TemplateEnv(c.Timeout), c.FunctionEnv...) {
+		if strings.HasPrefix(kv, "OUTBOX_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func outcomes(s lambdaemu.Stats) string {
+	byOutcome := map[string]int{}
+	for _, m := range s.Outcomes {
+		for o, n := range m {
+			byOutcome[string(o)] += n
+		}
+	}
+	return counts(byOutcome)
+}
+
+func counts[K ~string](m map[K]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sum[K comparable](m map[K]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,222 @@
+package deploybench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
+	"github.com/outboxkit/dispatcher/shared/testkit/workload"
+)
+
+// dispatchFunction is the emulated function's name.
+const dispatchFunction = "outbox-dispatch"
+
+// Run runs the deployment under the offered load and reports what it
+// measured.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return Report{}, err
+	}
+	if cfg.Drain == 0 {
+		cfg.Drain = 3*cfg.tick() + cfg.Timeout
+	}
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	rep := Report{Config: cfg}
+
+	admin, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return rep, fmt.Errorf("deploybench: connect: %w", err)
+	}
+	defer admin.Close()
+	var database string
+	if err := admin.QueryRow(ctx, "SELECT current_database()").Scan(&database); err != nil {
+		return rep, fmt.Errorf("deploybench: connect: %w", err)
+	}
+	if err := workload.EnableFunctionStats(ctx, admin, database); err != nil {
+		return rep, err
+	}
+	claimsBefore, err := workload.ClaimCalls(ctx, admin)
+	if err != nil {
+		return rep, err
+	}
+
+	target, err := workload.StartTarget(cfg.TargetLatency)
+	if err != nil {
+		return rep, err
+	}
+	defer target.Close()
+
+	errorLines := &lineSample{max: 5}
+	emu, err := lambdaemu.New(lambdaemu.Options{
+		DiscardLogs: true,
+		OnLog: func(_ string, l lambdaemu.LogLine) {
+			if strings.Contains(l.Text, `"level":"ERROR"`) || l.Stream == "stderr" {
+				errorLines.add(l.Text)
+			}
+		},
+	})
+	if err != nil {
+		return rep, err
+	}
+	defer emu.Close()
+	async := cfg.Async
+	if err := emu.Register(lambdaemu.FunctionConfig{
+		Name: dispatchFunction, Binary: cfg.DispatchBinary, Timeout: cfg.Timeout, MemoryMB: cfg.MemoryMB,
+		ReservedConcurrency: cfg.ReservedConcurrency, Async: async, Env: functionEnv(cfg, target),
+	}); err != nil {
+		return rep, err
+	}
+
+	producers, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return rep, fmt.Errorf("deploybench: connect the producers: %w", err)
+	}
+	defer producers.Close()
+
+	schedule, err := emu.Schedule(lambdaemu.ScheduleConfig{Function: dispatchFunction, Expression: cfg.Schedule, Compression: cfg.Compression})
+	if err != nil {
+		return rep, err
+	}
+	rep.Schedule = schedule.String()
+	logf("deploybench: %s; offering %.0f msgs/s for %s", rep.Schedule, cfg.Rate, cfg.Duration)
+
+	start := time.Now()
+	ledger := workload.NewLedger()
+	produceCtx, stopProducing := context.WithTimeout(ctx, cfg.Duration)
+	rep.Producers, err = workload.Produce(produceCtx, workload.ProducerConfig{
+		Pool: producers, Rate: cfg.Rate, MessagesPerTx: cfg.MessagesPerTx, Ledger: ledger,
+	})
+	stopProducing()
+	if err != nil && ctx.Err() == nil {
+		return rep, err
+	}
+	logf("deploybench: %d messages committed; waiting up to %s for the last of them", ledger.Len(), cfg.Drain)
+
+	drainUntil := time.Now().Add(cfg.Drain)
+	for target.Received() < ledger.Len() && time.Now().Before(drainUntil) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	schedule.Stop()
+	rep.Ticks = schedule.Ticks()
+	idleCtx, cancel := context.WithTimeout(ctx, cfg.Timeout+30*time.Second)
+	err = emu.WaitIdle(idleCtx, dispatchFunction)
+	cancel()
+	if err != nil {
+		return rep, err
+	}
+	rep.Elapsed = time.Since(start)
+	emu.Close() // the dispatchers' sessions end and report their counts
+
+	rep.Measurement = workload.Measure(ledger, target)
+	rep.Target = target.Counts()
+	if rep.Dispatch, err = emu.Stats(dispatchFunction); err != nil {
+		return rep, err
+	}
+	invs, err := emu.Invocations(dispatchFunction)
+	if err != nil {
+		return rep, err
+	}
+	rep.Answers = sumAnswers(invs)
+	rep.ErrorLines = errorLines.lines()
+	if rep.ClaimCalls, err = settledClaimCalls(ctx, admin); err != nil {
+		return rep, err
+	}
+	rep.ClaimCalls -= claimsBefore
+	return rep, nil
+}
+
+// functionEnv is the dispatch function's environment: the template's
+// defaults, the database, one route to the target, and the caller's
+// overrides last.
+func functionEnv(cfg Config, target *workload.Target) []string {
+	routes := fmt.Sprintf(`{"routes":[{"match":{"namespace":"*","topic":"*"},
+	  "target":{"type":"http","url":%q,"signing_secret_env":"TARGET_SIGNING_SECRET","concurrency":%d}}]}`,
+		target.URL, cfg.RouteConcurrency)
+	env := append(TemplateEnv(cfg.Timeout),
+		"OUTBOX_DATABASE_URL="+cfg.DatabaseURL,
+		"OUTBOX_ROUTES="+routes,
+		"TARGET_SIGNING_SECRET="+target.Secret,
+		"OUTBOX_TRACING=off",
+	)
+	return append(env, cfg.FunctionEnv...)
+}
+
+// settledClaimCalls reads the claim count once the sessions that ended
+// have reported theirs: when two readings half a second apart agree.
+func settledClaimCalls(ctx context.Context, admin *pgxpool.Pool) (int64, error) {
+	last := int64(-1)
+	for range 40 {
+		n, err := workload.ClaimCalls(ctx, admin)
+		if err != nil || n == last {
+			return n, err
+		}
+		last = n
+		time.Sleep(500 * time.Millisecond)
+	}
+	return last, nil
+}
+
+// Answers sum the dispatch invocations' answers (dispatch.Summary).
+type Answers struct {
+	Batches, Claimed, Delivered, Retried, Dead int
+	// StoppedBy counts the invocations by why they stopped (drained,
+	// max_batches, deadline).
+	StoppedBy map[string]int
+}
+
+func sumAnswers(invs []lambdaemu.Invocation) Answers {
+	a := Answers{StoppedBy: map[string]int{}}
+	for _, inv := range invs {
+		var s struct {
+			Batches   int    `json:"batches"`
+			Claimed   int    `json:"claimed"`
+			Delivered int    `json:"delivered"`
+			Retried   int    `json:"retried"`
+			Dead      int    `json:"dead"`
+			StoppedBy string `json:"stopped_by"`
+		}
+		if inv.Outcome != lambdaemu.OutcomeSucceeded || json.Unmarshal(inv.Response, &s) != nil {
+			continue
+		}
+		a.Batches += s.Batches
+		a.Claimed += s.Claimed
+		a.Delivered += s.Delivered
+		a.Retried += s.Retried
+		a.Dead += s.Dead
+		a.StoppedBy[s.StoppedBy]++
+	}
+	return a
+}
+
+// lineSample keeps the first few lines it is given.
+type lineSample struct {
+	mu    sync.Mutex
+	max   int
+	kept  []string
+	total int
+}
+
+func (s *lineSample) add(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total++
+	if len(s.kept) < s.max {
+		s.kept = append(s.kept, line)
+	}
+}
+
+func (s *lineSample) lines() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.kept...)
+}
