@@ -71,11 +71,15 @@ func (e *Emulator) release(env *environment, alive bool) {
 	if f.cfg.ReservedConcurrency == 0 {
 		e.unreservedBusy--
 	}
-	if alive && !e.closed {
+	if alive {
+		// Kept in the lists even when the emulator is closing, so that
+		// Close finds the process and ends it.
 		env.state = stateIdle
 		f.idle = append(f.idle, env)
-		epoch := env.idleEpoch
-		time.AfterFunc(f.cfg.IdleLifetime, func() { e.expireIdle(env, epoch) })
+		if !e.closed {
+			epoch := env.idleEpoch
+			time.AfterFunc(f.cfg.IdleLifetime, func() { e.expireIdle(env, epoch) })
+		}
 	} else {
 		env.state = stateEnded
 		f.envs = slices.DeleteFunc(f.envs, func(x *environment) bool { return x == env })

@@ -35,7 +35,9 @@ type Options struct {
 	// and every fault injected.
 	Logf func(format string, args ...any)
 	// OnLog, when set, sees every line a function prints as it arrives
-	// (EMF documents, JSON logs).
+	// (EMF documents, JSON logs). It runs on the copy of the process's
+	// output, so it must be quick: while it blocks, so does the function's
+	// next write.
 	OnLog func(function string, line LogLine)
 	// DiscardLogs keeps no lines for Logs: for long runs that count what
 	// they need through OnLog.
