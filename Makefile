@@ -63,6 +63,10 @@ build-MetricsFunction:
 bench-compare: ## Compare with River, watermill-sql and the bare-SQL floor; rewrites docs/BENCHMARKS.md and its plot (QUICK=1: a small run, written to $TMPDIR)
 	cd bench && BENCH_MAKE_STARTED=$$(date +%s) $(GO) run ./cmd/compare $(if $(QUICK),-quick)
 
+.PHONY: bench-deployment
+bench-deployment: ## The deployment under the Lambda emulation: dispatch on the template's schedule (compressed ×12), 1,000 msgs/s offered to a 20 ms webhook for 60 s; prints commit-to-receipt latency, throughput, claims per second (ARGS="-rate 500 -compression 60 …")
+	$(GO) run ./shared/testkit/deploybench/cmd/deploybench $(ARGS)
+
 # ---- Reliability: the fault-injection soak and the fuzz targets ----
 .PHONY: soak fuzz
 # The soak reads SOAK_MESSAGES, SOAK_KILLS, SOAK_RESTARTS, SOAK_BURSTS,

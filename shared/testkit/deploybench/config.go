@@ -17,12 +17,17 @@ type Config struct {
 	// Required.
 	DispatchBinary string
 
-	// Rate is the offered load in messages per second (default 1,000),
-	// in transactions of MessagesPerTx (default 5), for Duration (default
-	// 60 s).
+	// Rate is the offered load in messages per second, in transactions
+	// of MessagesPerTx (default 5), for Duration (default 60 s). Zero
+	// offers none: the run then shows what an idle deployment does (its
+	// claims per second), or drains the Backlog.
 	Rate          float64
 	MessagesPerTx int
 	Duration      time.Duration
+	// Backlog messages are committed before the schedule starts (in
+	// transactions of 1,000), and measured apart from the offered load:
+	// how fast the deployment drains a backlog.
+	Backlog int
 	// TargetLatency is the webhook target's time per call (default 20 ms);
 	// RouteConcurrency the route's calls in flight (default 64: enough
 	// for the offered rate at that latency, so that the target is not
@@ -50,7 +55,8 @@ type Config struct {
 	FunctionEnv []string
 
 	// Drain bounds the wait for the last messages after the producers
-	// stop (default three ticks plus the timeout).
+	// stop (default three ticks plus the timeout, plus a millisecond per
+	// backlog message).
 	Drain time.Duration
 	// Logf, when set, hears about progress.
 	Logf func(format string, args ...any) `json:"-"`
@@ -82,9 +88,6 @@ func TemplateEnv(timeout time.Duration) []string {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Rate == 0 {
-		c.Rate = 1000
-	}
 	if c.MessagesPerTx == 0 {
 		c.MessagesPerTx = 5
 	}
@@ -120,8 +123,8 @@ func (c Config) validate() error {
 	if c.DispatchBinary == "" {
 		errs = append(errs, errors.New("deploybench: DispatchBinary is required"))
 	}
-	if c.Rate < 0 || c.Duration < 0 || c.TargetLatency < 0 || c.Drain < 0 {
-		errs = append(errs, errors.New("deploybench: Rate, Duration, TargetLatency and Drain must not be negative"))
+	if c.Rate < 0 || c.Backlog < 0 || c.Duration < 0 || c.TargetLatency < 0 || c.Drain < 0 {
+		errs = append(errs, errors.New("deploybench: Rate, Backlog, Duration, TargetLatency and Drain must not be negative"))
 	}
 	if c.Timeout%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("deploybench: Timeout must be whole seconds, as Lambda's, got %s", c.Timeout))

@@ -17,17 +17,20 @@ func TestSmallRunDeliversEverything(t *testing.T) {
 	db := pgtest.New(t)
 	rep, err := deploybench.Run(t.Context(), deploybench.Config{
 		DatabaseURL: db.URL, DispatchBinary: lambdatest.Build(t, "dispatch"),
-		Rate: 100, Duration: 2 * time.Second, Compression: 60, // a tick a second
+		Rate: 100, Backlog: 300, Duration: 2 * time.Second, Compression: 60, // a tick a second
 		Logf: t.Logf,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := rep.Measurement
-	if m.Committed == 0 || m.Received != m.Committed || m.Missing != 0 || m.Latency.N != m.Received {
+	if m.Committed == 0 || m.Received != m.Committed || m.Missing != 0 || m.Unexpected != 0 || m.Latency.N != m.Received {
 		t.Errorf("measurement: %+v", m)
 	}
-	if rep.Answers.Delivered != m.Committed || rep.Dispatch.Invocations != rep.Ticks || rep.Ticks == 0 {
+	if b := rep.Backlog; b == nil || b.Committed != 300 || b.Received != 300 || b.Unexpected != 0 || b.Took() <= 0 {
+		t.Errorf("backlog: %+v", b)
+	}
+	if rep.Answers.Delivered != m.Committed+300 || rep.Dispatch.Invocations != rep.Ticks || rep.Ticks == 0 {
 		t.Errorf("%d ticks, %d invocations delivered %d of %d messages", rep.Ticks, rep.Dispatch.Invocations, rep.Answers.Delivered, m.Committed)
 	}
 	if rep.ClaimCalls < int64(rep.Answers.Batches) {

@@ -7,9 +7,16 @@
 // latency of every message, the throughput, the database's claims per
 // second and what the emulated Lambda service saw.
 //
+// Three questions, one Run each: the latency of an offered load (Rate),
+// how fast a backlog drains (Backlog, committed before the first tick and
+// measured apart), and what an idle deployment costs (Rate 0: the claims
+// per second with no traffic, and GB-seconds). FunctionEnv,
+// ReservedConcurrency and Async set the deployment's knobs beyond the
+// template's defaults.
+//
 // Run reads no flags and fails on nothing slow: it is called by
-// cmd/deploybench (make bench-deployment) and, later, by the benchmark
-// comparison in bench/.
+// cmd/deploybench (make bench-deployment) and can be called by the
+// benchmark comparison in bench/, which requires this module.
 //
 // What the figures mean, and do not: the deployment's shape (one dispatch
 // invocation per tick, each bounded by its batches and its deadline,

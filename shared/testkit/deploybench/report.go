@@ -28,10 +28,35 @@ type Report struct {
 	// Answers sums the invocations' answers.
 	Dispatch lambdaemu.Stats
 	Answers  Answers
+	// Backlog is the drain of Config.Backlog (nil without one).
+	Backlog *BacklogDrain
 	// ClaimCalls counts outbox.claim_batch calls during the run.
 	ClaimCalls int64
 	// ErrorLines are the first error lines the function printed.
 	ErrorLines []string
+}
+
+// BacklogDrain is how the backlog committed before the first tick went.
+type BacklogDrain struct {
+	workload.Measurement
+	// ScheduleStart is when the schedule (and the offered load) started.
+	ScheduleStart time.Time
+}
+
+// Took is from the schedule's start to the backlog's last receipt.
+func (b BacklogDrain) Took() time.Duration {
+	if b.Received == 0 {
+		return 0
+	}
+	return b.LastReceipt.Sub(b.ScheduleStart)
+}
+
+// Rate is the backlog's messages received per second of Took.
+func (b BacklogDrain) Rate() float64 {
+	if took := b.Took(); took > 0 {
+		return float64(b.Received) / took.Seconds()
+	}
+	return 0
 }
 
 // ClaimsPerSecond is ClaimCalls over Elapsed.
@@ -61,7 +86,11 @@ func (r Report) Print(w io.Writer) {
 		c.Rate, c.MessagesPerTx, c.Duration, r.Producers.Messages, r.Producers.OfferedRate(), r.Producers.MaxLag.Round(time.Millisecond))
 	p("delivered", "%d of %d (missing %d, unexpected %d), %.1f msgs/s from the first commit to the last receipt; target calls %d, duplicates %d, refused %d",
 		m.Received, m.Committed, m.Missing, m.Unexpected, m.Throughput, r.Target.Calls, r.Target.Duplicates, r.Target.Refused)
-	p("latency", "commit to receipt: %s", m.Latency)
+	if b := r.Backlog; b != nil {
+		p("backlog", "%d of %d committed before the first tick received (missing %d) %s after the schedule started: %.0f msgs/s",
+			b.Received, b.Committed, b.Missing, b.Took().Round(time.Millisecond), b.Rate())
+	}
+	p("latency", "commit to receipt of the offered load: %s", m.Latency)
 	tick := c.tick()
 	p("", "within 100ms %.1f%%, 1s %.1f%%, one tick (%s) %.1f%%, two ticks %.1f%%",
 		100*m.ShareWithin(100*time.Millisecond), 100*m.ShareWithin(time.Second), tick, 100*m.ShareWithin(tick), 100*m.ShareWithin(2*tick))

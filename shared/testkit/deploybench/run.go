@@ -25,7 +25,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	if cfg.Drain == 0 {
-		cfg.Drain = 3*cfg.tick() + cfg.Timeout
+		cfg.Drain = 3*cfg.tick() + cfg.Timeout + time.Duration(cfg.Backlog)*time.Millisecond
 	}
 	logf := cfg.Logf
 	if logf == nil {
@@ -83,6 +83,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer producers.Close()
 
+	backlog := workload.NewLedger()
+	if cfg.Backlog > 0 {
+		logf("deploybench: committing a backlog of %d messages", cfg.Backlog)
+		if err := workload.CommitBacklog(ctx, producers, backlog, cfg.Backlog); err != nil {
+			return rep, err
+		}
+	}
+
 	schedule, err := emu.Schedule(lambdaemu.ScheduleConfig{Function: dispatchFunction, Expression: cfg.Schedule, Compression: cfg.Compression})
 	if err != nil {
 		return rep, err
@@ -93,17 +101,22 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	start := time.Now()
 	ledger := workload.NewLedger()
 	produceCtx, stopProducing := context.WithTimeout(ctx, cfg.Duration)
-	rep.Producers, err = workload.Produce(produceCtx, workload.ProducerConfig{
-		Pool: producers, Rate: cfg.Rate, MessagesPerTx: cfg.MessagesPerTx, Ledger: ledger,
-	})
+	if cfg.Rate > 0 {
+		rep.Producers, err = workload.Produce(produceCtx, workload.ProducerConfig{
+			Pool: producers, Rate: cfg.Rate, MessagesPerTx: cfg.MessagesPerTx, Ledger: ledger,
+		})
+	} else {
+		<-produceCtx.Done()
+	}
 	stopProducing()
 	if err != nil && ctx.Err() == nil {
 		return rep, err
 	}
-	logf("deploybench: %d messages committed; waiting up to %s for the last of them", ledger.Len(), cfg.Drain)
+	committed := ledger.Len() + backlog.Len()
+	logf("deploybench: %d messages committed; waiting up to %s for the last of them", committed, cfg.Drain)
 
 	drainUntil := time.Now().Add(cfg.Drain)
-	for target.Received() < ledger.Len() && time.Now().Before(drainUntil) && ctx.Err() == nil {
+	for target.Received() < committed && time.Now().Before(drainUntil) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
 	schedule.Stop()
@@ -118,6 +131,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	emu.Close() // the dispatchers' sessions end and report their counts
 
 	rep.Measurement = workload.Measure(ledger, target)
+	if cfg.Backlog > 0 {
+		b := workload.Measure(backlog, target)
+		// Each measurement sees the other's messages as unexpected.
+		b.Unexpected -= rep.Measurement.Received
+		rep.Measurement.Unexpected -= b.Received
+		rep.Backlog = &BacklogDrain{Measurement: b, ScheduleStart: start}
+	}
 	rep.Target = target.Counts()
 	if rep.Dispatch, err = emu.Stats(dispatchFunction); err != nil {
 		return rep, err

@@ -171,3 +171,17 @@ func DefaultMessage(n int64) outbox.Message {
 	})
 	return outbox.Message{Namespace: "bench", Topic: "order_paid", TenantID: fmt.Sprintf("tenant-%d", n%16), Payload: payload}
 }
+
+// CommitBacklog commits n messages of the default workload in
+// transactions of 1,000, as fast as the database takes them, and notes
+// their commit times.
+func CommitBacklog(ctx context.Context, pool *pgxpool.Pool, ledger *Ledger, n int) error {
+	const perTx = 1000
+	for first := 0; first < n; first += perTx {
+		cfg := ProducerConfig{Pool: pool, MessagesPerTx: min(perTx, n-first), Message: DefaultMessage, Ledger: ledger}
+		if err := commitOne(ctx, cfg, int64(first)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

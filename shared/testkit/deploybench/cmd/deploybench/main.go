@@ -30,8 +30,9 @@ func main() {
 		env      string
 		jsonPath string
 	)
-	flag.Float64Var(&cfg.Rate, "rate", 1000, "offered messages per second")
+	flag.Float64Var(&cfg.Rate, "rate", 1000, "offered messages per second (0: none)")
 	flag.IntVar(&cfg.MessagesPerTx, "tx", 5, "messages per producer transaction")
+	flag.IntVar(&cfg.Backlog, "backlog", 0, "messages committed before the schedule starts, whose drain is measured apart")
 	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long the producers run")
 	flag.DurationVar(&cfg.TargetLatency, "latency", 20*time.Millisecond, "the webhook target's time per call")
 	flag.IntVar(&cfg.RouteConcurrency, "route-concurrency", 64, "the route's calls in flight")
