@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf/emftest"
 )
@@ -37,7 +38,7 @@ func TestMetricsExporterMatchesStats(t *testing.T) {
 	}
 	var results []lease.Result
 	for _, m := range claimed[:20] {
-		results = append(results, lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED"})
+		results = append(results, lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "TARGET_REJECTED"})
 	}
 	if _, err := store.CompleteBatch(ctx, "w", results); err != nil {
 		t.Fatal(err)
@@ -194,7 +195,7 @@ func TestMetricsCountBlockedKeysInEveryState(t *testing.T) {
 	if err != nil || len(heads) != len(states) {
 		t.Fatalf("claimed %d heads (%v), want %d", len(heads), err, len(states))
 	}
-	complete := func(m lease.Message, r lease.Result) {
+	complete := func(m outboxtype.Message, r lease.Result) {
 		t.Helper()
 		r.ID, r.LeaseToken = m.ID, m.LeaseToken
 		if _, err := store.CompleteBatch(ctx, "w", []lease.Result{r}); err != nil {
@@ -204,9 +205,9 @@ func TestMetricsCountBlockedKeysInEveryState(t *testing.T) {
 	for _, m := range heads {
 		switch m.OrderingKey {
 		case "acct-retrying":
-			complete(m, lease.Result{Outcome: lease.Retryable, ErrorCode: "TARGET_5XX", RetryAt: time.Now().Add(time.Hour)})
+			complete(m, lease.Result{Outcome: outboxtype.OutcomeRetryable, ErrorCode: "TARGET_5XX", RetryAt: time.Now().Add(time.Hour)})
 		case "acct-parked":
-			complete(m, lease.Result{Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", OnDead: lease.OnDeadPark})
+			complete(m, lease.Result{Outcome: outboxtype.OutcomeFailed, ErrorCode: "TARGET_REJECTED", OnDead: outboxtype.OnDeadPark})
 		case "acct-unsettled":
 			// Delivered while a producer holds the key's lock: the
 			// completion leaves the key without a head and a debt that no
@@ -221,7 +222,7 @@ func TestMetricsCountBlockedKeysInEveryState(t *testing.T) {
 			if _, err := outbox.Enqueue(ctx, tx, outbox.Message{Namespace: "payments", Topic: "t-unsettled", OrderingKey: m.OrderingKey, Payload: json.RawMessage(`{}`)}); err != nil {
 				t.Fatal(err)
 			}
-			complete(m, lease.Result{Outcome: lease.Dispatched})
+			complete(m, lease.Result{Outcome: outboxtype.OutcomeDispatched})
 			if err := tx.Rollback(ctx); err != nil {
 				t.Fatal(err)
 			}

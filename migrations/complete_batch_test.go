@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -458,7 +459,7 @@ func TestCompleteBatchArchivesInTheResultsOrder(t *testing.T) {
 	}
 	// The results in the reverse of the queue's order; the first half all
 	// DISPATCHED, the second half with a retry among them.
-	for h, half := range [][]lease.Message{claimed[:10], claimed[10:]} {
+	for h, half := range [][]outboxtype.Message{claimed[:10], claimed[10:]} {
 		var results []sqlResult
 		for i := len(half) - 1; i >= 0; i-- {
 			results = append(results, sqlResult{id: half[i].ID, token: half[i].LeaseToken, outcome: "DISPATCHED"})
@@ -531,7 +532,7 @@ func TestCompleteBatchReadsOnlyItsRowsWhateverTheStatistics(t *testing.T) {
 				}
 				results := make([]lease.Result, len(claimed))
 				for i, m := range claimed {
-					results[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched}
+					results[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeDispatched}
 				}
 				tx, err := conn.Begin(ctx)
 				if err != nil {

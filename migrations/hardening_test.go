@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/dispatcher/migrations"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -98,7 +99,7 @@ func TestDispatcherCannotEraseTheAuditTrail(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs, _ := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 1, Lease: time.Minute})
-	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Failed, ErrorCode: "X"}}); err != nil {
+	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "X"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.ReplayDead(ctx, lease.ReplayRequest{MessageIDs: []uuid.UUID{msgs[0].ID}, Limit: 1, Reason: "fixed"}); err != nil {
@@ -162,7 +163,7 @@ func TestOperatorActionsRecordTheLogin(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs, _ := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 1, Lease: time.Minute})
-	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Failed, ErrorCode: "X"}}); err != nil {
+	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "X"}}); err != nil {
 		t.Fatal(err)
 	}
 	operator := pgtest.Connect(t, db.LoginAs(t, "outbox_operator"))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -167,7 +168,7 @@ func TestEveryForbiddenActIsDenied(t *testing.T) {
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("seed claim: %d %v", len(msgs), err)
 	}
-	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Failed, ErrorCode: "X"}}); err != nil {
+	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "X"}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -430,7 +431,7 @@ func TestDefinerFunctionsIgnoreCallersTemporaryObjects(t *testing.T) {
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("seed claim: %d %v", len(msgs), err)
 	}
-	if _, err := seed.CompleteBatch(ctx, "seed", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Failed, ErrorCode: "X"}}); err != nil {
+	if _, err := seed.CompleteBatch(ctx, "seed", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "X"}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, role := range []string{"outbox_producer", "outbox_dispatcher", "outbox_operator"} {
@@ -505,7 +506,7 @@ func TestDefinerFunctionsIgnoreCallersTemporaryObjects(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, c := range completions {
-					if c.Status != lease.StatusOK {
+					if c.Status != outboxtype.StatusOK {
 						t.Fatalf("completion through the decoys: %s", c.Status)
 					}
 				}
@@ -578,10 +579,10 @@ func TestDefinerFunctionsIgnoreCallersTemporaryObjects(t *testing.T) {
 	}
 }
 
-func dispatchedResults(msgs []lease.Message) []lease.Result {
+func dispatchedResults(msgs []outboxtype.Message) []lease.Result {
 	out := make([]lease.Result, len(msgs))
 	for i, m := range msgs {
-		out[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched, Target: "test"}
+		out[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeDispatched, Target: "test"}
 	}
 	return out
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -179,7 +180,7 @@ func deadLetters(t *testing.T, d *pgtest.DB, n int) []uuid.UUID {
 	var results []lease.Result
 	var ids []uuid.UUID
 	for _, m := range msgs {
-		results = append(results, lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Failed,
+		results = append(results, lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeFailed,
 			ErrorCode: "TARGET_REJECTED", ErrorMessage: "HTTP 422 Unprocessable Entity: unknown tenant " + m.TenantID,
 			Target: "usage-webhook", TargetRef: "422", Latency: 12 * time.Millisecond})
 		ids = append(ids, m.ID)
@@ -488,7 +489,7 @@ func TestBlockedAndDiscard(t *testing.T) {
 		t.Fatalf("claim: %v %v", head, err)
 	}
 	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: head[0].ID, LeaseToken: head[0].LeaseToken,
-		Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", ErrorMessage: "HTTP 422: unknown card", OnDead: lease.OnDeadPark}}); err != nil {
+		Outcome: outboxtype.OutcomeFailed, ErrorCode: "TARGET_REJECTED", ErrorMessage: "HTTP 422: unknown card", OnDead: outboxtype.OnDeadPark}}); err != nil {
 		t.Fatal(err)
 	}
 

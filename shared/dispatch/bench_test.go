@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/route"
 )
@@ -20,12 +21,12 @@ import (
 // then nothing, and answers every completion ok: a store that costs
 // nothing, so that a benchmark measures the engine alone.
 type memoryStore struct {
-	batch       []lease.Message
+	batch       []outboxtype.Message
 	completions []lease.Completion
 	left        atomic.Int64
 }
 
-func (s *memoryStore) ClaimBatch(context.Context, lease.ClaimParams) ([]lease.Message, error) {
+func (s *memoryStore) ClaimBatch(context.Context, lease.ClaimParams) ([]outboxtype.Message, error) {
 	if s.left.Add(-1) < 0 {
 		return nil, nil
 	}
@@ -39,7 +40,7 @@ func (s *memoryStore) CompleteBatch(_ context.Context, _ string, results []lease
 // acceptAll delivers everything without a call.
 type acceptAll struct{ results []publish.Result }
 
-func (a acceptAll) Publish(_ context.Context, msgs []*lease.Message) []publish.Result {
+func (a acceptAll) Publish(_ context.Context, msgs []*outboxtype.Message) []publish.Result {
 	return a.results[:len(msgs)]
 }
 
@@ -57,7 +58,7 @@ func BenchmarkEngineRun(b *testing.B) {
 	}
 	for _, keys := range []int{0, 50} {
 		b.Run(fmt.Sprintf("ordered_keys=%d", keys), func(b *testing.B) {
-			store := &memoryStore{batch: make([]lease.Message, batchSize), completions: make([]lease.Completion, batchSize)}
+			store := &memoryStore{batch: make([]outboxtype.Message, batchSize), completions: make([]lease.Completion, batchSize)}
 			expires := time.Now().Add(time.Hour)
 			for i := range store.batch {
 				m := &store.batch[i]
@@ -67,7 +68,7 @@ func BenchmarkEngineRun(b *testing.B) {
 				if keys > 0 {
 					m.OrderingKey, m.SequenceID = fmt.Sprintf("key-%d", i%keys), int64(i/keys+1)
 				}
-				store.completions[i] = lease.Completion{ID: m.ID, Status: lease.StatusOK}
+				store.completions[i] = lease.Completion{ID: m.ID, Status: outboxtype.StatusOK}
 			}
 			pubs := map[string]publish.Publisher{
 				table.Routes[0].Target.Key(): acceptAll{results: publish.Fill(batchSize, publish.Ok(""))},

@@ -57,6 +57,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/retry"
 	"github.com/outboxkit/dispatcher/shared/route"
@@ -73,7 +74,7 @@ const (
 
 // Store is the part of *lease.Store the engine uses.
 type Store interface {
-	ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error)
+	ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]outboxtype.Message, error)
 	CompleteBatch(ctx context.Context, workerID string, results []lease.Result) ([]lease.Completion, error)
 }
 
@@ -261,7 +262,7 @@ type run struct {
 }
 
 type claimResult struct {
-	msgs []lease.Message
+	msgs []outboxtype.Message
 	err  error
 }
 
@@ -384,7 +385,7 @@ func (r *run) mayClaim(waitFor time.Duration) string {
 
 // pastPublishing reports whether the publishers' time for batch (see
 // publishGroups) is already over.
-func (r *run) pastPublishing(batch []lease.Message) bool {
+func (r *run) pastPublishing(batch []outboxtype.Message) bool {
 	if r.ctx.Err() != nil {
 		return true
 	}
@@ -400,7 +401,7 @@ func (r *run) pastPublishing(batch []lease.Message) bool {
 	return false
 }
 
-func (r *run) claim() ([]lease.Message, error) {
+func (r *run) claim() ([]outboxtype.Message, error) {
 	ctx, span := r.e.tracer.Start(r.ctx, "claim")
 	msgs, err := r.e.store.ClaimBatch(ctx, lease.ClaimParams{
 		WorkerID: r.workerID, BatchSize: r.batchSize, Lease: r.e.cfg.Lease, Namespaces: r.namespaces,
@@ -451,13 +452,13 @@ func (r *run) stop(why string, err error) error {
 // release gives a batch that will not be published back to the queue,
 // untouched. It is best effort: if it fails, the leases expire and the
 // reaper requeues the messages as it would after a crash.
-func (r *run) release(msgs []lease.Message) {
+func (r *run) release(msgs []outboxtype.Message) {
 	if len(msgs) == 0 {
 		return
 	}
 	results := make([]lease.Result, len(msgs))
 	for i := range msgs {
-		results[i] = lease.Result{ID: msgs[i].ID, LeaseToken: msgs[i].LeaseToken, Outcome: lease.Released}
+		results[i] = lease.Result{ID: msgs[i].ID, LeaseToken: msgs[i].LeaseToken, Outcome: outboxtype.OutcomeReleased}
 	}
 	ctx, cancel := r.e.completionContext(r.ctx)
 	defer cancel()
@@ -468,7 +469,7 @@ func (r *run) release(msgs []lease.Message) {
 		return
 	}
 	for _, c := range completions {
-		if c.Status == lease.StatusOK {
+		if c.Status == outboxtype.StatusOK {
 			r.sum.Released++
 		} else {
 			r.sum.LeaseLost++
@@ -489,7 +490,7 @@ func (e *Engine) completionContext(ctx context.Context) (context.Context, contex
 
 // pending is one claimed message on its way through a batch.
 type pending struct {
-	msg    *lease.Message
+	msg    *outboxtype.Message
 	route  *route.Route
 	result publish.Result
 }
@@ -500,7 +501,7 @@ type orderingKey struct{ namespace, key string }
 // publishBatch routes the claimed messages and publishes them; every item
 // comes back with its result. The store returns each ordering key's run
 // together and in sequence order.
-func (e *Engine) publishBatch(ctx context.Context, msgs []lease.Message) []pending {
+func (e *Engine) publishBatch(ctx context.Context, msgs []outboxtype.Message) []pending {
 	items := make([]pending, len(msgs))
 	groups := map[string][]int{} // target key → indexes into items, in claim order
 	var order []string
@@ -552,19 +553,19 @@ var released = publish.Result{Kind: publish.Released}
 
 // refuse returns the terminal result of a message that cannot be sent at
 // all, without a call.
-func (e *Engine) refuse(m *lease.Message, rt *route.Route) (publish.Result, bool) {
+func (e *Engine) refuse(m *outboxtype.Message, rt *route.Route) (publish.Result, bool) {
 	switch {
 	case m.DecodeError != nil:
-		return publish.Fail(publish.CodeInvalidMessage, fmt.Errorf("the stored message cannot be decoded: %w", m.DecodeError)), true
+		return publish.Fail(outboxtype.CodeInvalidMessage, fmt.Errorf("the stored message cannot be decoded: %w", m.DecodeError)), true
 	case rt == nil:
-		return publish.Fail(publish.CodeNoRoute, fmt.Errorf("no route matches namespace %q topic %q", m.Namespace, m.Topic)), true
+		return publish.Fail(outboxtype.CodeNoRoute, fmt.Errorf("no route matches namespace %q topic %q", m.Namespace, m.Topic)), true
 	case m.PayloadOmitted():
-		return publish.Fail(publish.CodePayloadTooLarge, fmt.Errorf("payload is %d bytes, over the %d that the largest route may send; it was never loaded", m.PayloadBytes, e.maxPayload)), true
+		return publish.Fail(outboxtype.CodePayloadTooLarge, fmt.Errorf("payload is %d bytes, over the %d that the largest route may send; it was never loaded", m.PayloadBytes, e.maxPayload)), true
 	case len(m.Payload) > rt.MaxPayloadBytes:
-		return publish.Fail(publish.CodePayloadTooLarge, fmt.Errorf("payload is %d bytes, over %s's max_payload_bytes of %d", len(m.Payload), rt.Name, rt.MaxPayloadBytes)), true
+		return publish.Fail(outboxtype.CodePayloadTooLarge, fmt.Errorf("payload is %d bytes, over %s's max_payload_bytes of %d", len(m.Payload), rt.Name, rt.MaxPayloadBytes)), true
 	}
 	if err := rt.CheckPayload(m.Payload); err != nil {
-		return publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("payload fails %s's schema: %w", rt.Name, err)), true
+		return publish.Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("payload fails %s's schema: %w", rt.Name, err)), true
 	}
 	return publish.Result{}, false
 }
@@ -588,7 +589,7 @@ func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			batch := make([]*lease.Message, len(idx))
+			batch := make([]*outboxtype.Message, len(idx))
 			for j, i := range idx {
 				batch[j] = items[i].msg
 			}
@@ -627,7 +628,7 @@ func (e *Engine) publishDeadline(ctx context.Context, items []pending) time.Time
 // message. A publisher that panics or miscounts gets every message retried
 // rather than one lost or misattributed; an ordered run then keeps only its
 // first message as a retry and releases the rest, as if it had failed there.
-func publishSafely(ctx context.Context, p publish.Publisher, batch []*lease.Message) (results []publish.Result) {
+func publishSafely(ctx context.Context, p publish.Publisher, batch []*outboxtype.Message) (results []publish.Result) {
 	broken := func(err error) []publish.Result {
 		out := make([]publish.Result, len(batch))
 		first := map[orderingKey]bool{}
@@ -638,7 +639,7 @@ func publishSafely(ctx context.Context, p publish.Publisher, batch []*lease.Mess
 				continue
 			}
 			first[k] = true
-			out[i] = publish.Retry(publish.CodeTarget5xx, err, 0)
+			out[i] = publish.Retry(outboxtype.CodeTarget5xx, err, 0)
 		}
 		return out
 	}
@@ -655,7 +656,7 @@ func publishSafely(ctx context.Context, p publish.Publisher, batch []*lease.Mess
 		switch r.Kind {
 		case publish.Delivered, publish.Retryable, publish.Terminal, publish.Released:
 		default:
-			results[i] = publish.Retry(publish.CodeTarget5xx, fmt.Errorf("publisher returned no outcome"), 0)
+			results[i] = publish.Retry(outboxtype.CodeTarget5xx, fmt.Errorf("publisher returned no outcome"), 0)
 		}
 	}
 	return results
@@ -691,19 +692,19 @@ func (e *Engine) complete(ctx context.Context, log *slog.Logger, workerID string
 			ts.Latencies = append(ts.Latencies, it.result.Latency)
 		}
 		switch {
-		case c.Status == lease.StatusLeaseLost:
+		case c.Status == outboxtype.StatusLeaseLost:
 			sum.LeaseLost++
 			log.Warn("lease lost: the message was not ours to complete any more; another worker has it",
 				"message_id", it.msg.ID.String(), "attempt", it.msg.Attempt)
-		case c.Status == lease.StatusDead || results[i].Outcome == lease.Failed:
+		case c.Status == outboxtype.StatusDead || results[i].Outcome == outboxtype.OutcomeFailed:
 			sum.Dead++
 			ts.Dead++
 			log.Error("message dead-lettered",
 				"message_id", it.msg.ID.String(), "namespace", it.msg.Namespace, "topic", it.msg.Topic,
 				"attempt", it.msg.Attempt, "code", results[i].ErrorCode, "error", results[i].ErrorMessage)
-		case results[i].Outcome == lease.Released:
+		case results[i].Outcome == outboxtype.OutcomeReleased:
 			sum.Released++
-		case results[i].Outcome == lease.Retryable:
+		case results[i].Outcome == outboxtype.OutcomeRetryable:
 			sum.Retried++
 			ts.Retried++
 			if results[i].Hold {
@@ -713,7 +714,7 @@ func (e *Engine) complete(ctx context.Context, log *slog.Logger, workerID string
 					"attempt", it.msg.Attempt, "code", results[i].ErrorCode, "error", results[i].ErrorMessage)
 			}
 		default:
-			if c.Status == lease.StatusDoubleDispatch {
+			if c.Status == outboxtype.StatusDoubleDispatch {
 				log.Error("double-delivery backstop fired: the message was already recorded as dispatched, and was delivered again",
 					"message_id", it.msg.ID.String(), "namespace", it.msg.Namespace, "topic", it.msg.Topic, "attempt", it.msg.Attempt)
 			}
@@ -760,7 +761,7 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 	if it.route != nil {
 		r.Target = it.route.Name
 		if m.OrderingKey != "" {
-			r.OnDead = lease.OnDead(it.route.OnDead)
+			r.OnDead = outboxtype.OnDead(it.route.OnDead)
 		}
 	}
 	res := it.result
@@ -770,18 +771,18 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 		if it.route != nil {
 			policy = it.route.Retry
 		}
-		r.Outcome, r.Hold = lease.Retryable, true
+		r.Outcome, r.Hold = outboxtype.OutcomeRetryable, true
 		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)
 		r.RetryAt = policy.Hold(now, m.Attempt, HoldMinDelay, HoldMaxDelay, e.cfg.Jitter)
 		return r
 	}
 	switch res.Kind {
 	case publish.Delivered:
-		r.Outcome = lease.Dispatched
+		r.Outcome = outboxtype.OutcomeDispatched
 		r.TargetRef = res.TargetRef
 		return r
 	case publish.Released:
-		r.Outcome = lease.Released
+		r.Outcome = outboxtype.OutcomeReleased
 		return r
 	case publish.Retryable:
 		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)
@@ -791,15 +792,15 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 		}
 		at, err := policy.Next(now, m.Attempt, res.RetryAfter, e.cfg.Jitter)
 		if errors.Is(err, retry.ErrExhausted) {
-			r.Outcome = lease.Failed
+			r.Outcome = outboxtype.OutcomeFailed
 			r.ErrorMessage = fmt.Sprintf("retries exhausted after attempt %d of %d: %s", m.Attempt, policy.MaxAttempts, r.ErrorMessage)
 			return r
 		}
-		r.Outcome = lease.Retryable
+		r.Outcome = outboxtype.OutcomeRetryable
 		r.RetryAt = at
 		return r
 	default:
-		r.Outcome = lease.Failed
+		r.Outcome = outboxtype.OutcomeFailed
 		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)
 		return r
 	}
@@ -812,10 +813,10 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 // route says on_config_error: dead. Dead-lettering every message of a
 // route for an IAM mistake would turn one typo into a bulk replay, and let
 // an ordered key's later messages overtake.
-var configurationFailure = map[publish.Code]bool{
-	publish.CodeAccessDenied:   true,
-	publish.CodeTargetNotFound: true,
-	publish.CodeNoRoute:        true,
+var configurationFailure = map[outboxtype.Code]bool{
+	outboxtype.CodeAccessDenied:   true,
+	outboxtype.CodeTargetNotFound: true,
+	outboxtype.CodeNoRoute:        true,
 }
 
 // HoldMinDelay and HoldMaxDelay bound the backoff of a message held for a

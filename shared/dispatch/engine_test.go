@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/retry"
@@ -30,12 +31,12 @@ type target struct {
 	delivered map[uuid.UUID]int
 	calls     int
 	delay     time.Duration
-	answer    func(m *lease.Message) publish.Result
+	answer    func(m *outboxtype.Message) publish.Result
 }
 
 func newTarget() *target { return &target{delivered: map[uuid.UUID]int{}} }
 
-func (t *target) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+func (t *target) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	t.mu.Lock()
 	t.calls++
 	delay, answer := t.delay, t.answer
@@ -43,17 +44,17 @@ func (t *target) Publish(ctx context.Context, msgs []*lease.Message) []publish.R
 	// One message per call, all at once, through the scheduler every real
 	// publisher uses: an ordered key's messages go one after another and
 	// stop at the first that is not delivered.
-	b := publish.Batcher[*lease.Message]{
+	b := publish.Batcher[*outboxtype.Message]{
 		MaxEntries:  1,
 		Concurrency: max(len(msgs), 1),
-		Prepare:     func(m *lease.Message) (*lease.Message, int, *publish.Result) { return m, 0, nil },
-		Call: func(ctx context.Context, _ []*lease.Message, entries []*lease.Message, results []publish.Result) bool {
+		Prepare:     func(m *outboxtype.Message) (*outboxtype.Message, int, *publish.Result) { return m, 0, nil },
+		Call: func(ctx context.Context, _ []*outboxtype.Message, entries []*outboxtype.Message, results []publish.Result) bool {
 			if delay > 0 {
 				select {
 				case <-time.After(delay):
 				case <-ctx.Done():
 					for j := range results {
-						results[j] = publish.Retry(publish.CodeCanceled, ctx.Err(), 0)
+						results[j] = publish.Retry(outboxtype.CodeCanceled, ctx.Err(), 0)
 					}
 					return false
 				}
@@ -203,9 +204,9 @@ func TestRunStopsAtMaxBatches(t *testing.T) {
 func TestTerminalOutcomesAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.billing.answer = func(m *lease.Message) publish.Result {
+	f.billing.answer = func(m *outboxtype.Message) publish.Result {
 		if strings.Contains(string(m.Payload), `"poison"`) {
-			return publish.Fail(publish.CodeTargetRejected, errors.New("HTTP 422: unknown tenant"))
+			return publish.Fail(outboxtype.CodeTargetRejected, errors.New("HTTP 422: unknown tenant"))
 		}
 		return publish.Ok("ok")
 	}
@@ -258,8 +259,8 @@ func TestTerminalOutcomesAreDeadLettered(t *testing.T) {
 func TestRetryableOutcomesFollowTheRoutePolicy(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.billing.answer = func(*lease.Message) publish.Result {
-		return publish.Retry(publish.CodeThrottled, errors.New("429 Too Many Requests"), 3*time.Second)
+	f.billing.answer = func(*outboxtype.Message) publish.Result {
+		return publish.Retry(outboxtype.CodeThrottled, errors.New("429 Too Many Requests"), 3*time.Second)
 	}
 	f.enqueue(t, 1, billingMsg)
 	noJitter := func(d time.Duration) time.Duration { return 0 }
@@ -294,7 +295,7 @@ func TestRetryableOutcomesFollowTheRoutePolicy(t *testing.T) {
 
 type brokenPublisher struct{ panics bool }
 
-func (b brokenPublisher) Publish(_ context.Context, msgs []*lease.Message) []publish.Result {
+func (b brokenPublisher) Publish(_ context.Context, msgs []*outboxtype.Message) []publish.Result {
 	if b.panics {
 		panic("boom")
 	}
@@ -387,7 +388,7 @@ type slowTarget struct {
 	leftAt   []time.Duration
 }
 
-func (s *slowTarget) Publish(_ context.Context, msgs []*lease.Message) []publish.Result {
+func (s *slowTarget) Publish(_ context.Context, msgs []*outboxtype.Message) []publish.Result {
 	s.mu.Lock()
 	s.leftAt = append(s.leftAt, s.deadline.Sub(s.clock.Now()))
 	s.mu.Unlock()
@@ -491,7 +492,7 @@ func (s *recordingStore) note(e string) {
 	s.mu.Unlock()
 }
 
-func (s *recordingStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error) {
+func (s *recordingStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]outboxtype.Message, error) {
 	s.note("claim")
 	s.claimed <- struct{}{}
 	return s.Store.ClaimBatch(ctx, p)
@@ -509,7 +510,7 @@ type gatedTarget struct {
 	calls int
 }
 
-func (g *gatedTarget) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+func (g *gatedTarget) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	g.calls++
 	g.store.note(fmt.Sprintf("publish %d", g.calls))
 	wait := func(ch chan struct{}, what string) bool {
@@ -570,11 +571,11 @@ func TestConfigurationFailuresHoldMessages(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.store.AttemptCeiling = 3
-	f.billing.answer = func(*lease.Message) publish.Result {
-		return publish.Fail(publish.CodeAccessDenied, errors.New("AuthorizationError: not authorized to perform sns:Publish"))
+	f.billing.answer = func(*outboxtype.Message) publish.Result {
+		return publish.Fail(outboxtype.CodeAccessDenied, errors.New("AuthorizationError: not authorized to perform sns:Publish"))
 	}
-	f.payment.answer = func(*lease.Message) publish.Result {
-		return publish.Fail(publish.CodeTargetNotFound, errors.New("NotFound: Topic does not exist"))
+	f.payment.answer = func(*outboxtype.Message) publish.Result {
+		return publish.Fail(outboxtype.CodeTargetNotFound, errors.New("NotFound: Topic does not exist"))
 	}
 	f.enqueue(t, 4, func(i int) outbox.Message {
 		m := billingMsg(i)
@@ -654,11 +655,11 @@ type claimNotingStore struct {
 	*lease.Store
 	failFirstBatch bool
 	mu             sync.Mutex
-	claims         [][]lease.Message
+	claims         [][]outboxtype.Message
 	failed         int
 }
 
-func (s *claimNotingStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error) {
+func (s *claimNotingStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]outboxtype.Message, error) {
 	msgs, err := s.Store.ClaimBatch(ctx, p)
 	s.mu.Lock()
 	s.claims = append(s.claims, msgs)
@@ -669,7 +670,7 @@ func (s *claimNotingStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) 
 func (s *claimNotingStore) CompleteBatch(ctx context.Context, w string, results []lease.Result) ([]lease.Completion, error) {
 	s.mu.Lock()
 	fail := s.failFirstBatch && slices.ContainsFunc(results, func(r lease.Result) bool {
-		return slices.ContainsFunc(s.claims[0], func(m lease.Message) bool { return m.ID == r.ID })
+		return slices.ContainsFunc(s.claims[0], func(m outboxtype.Message) bool { return m.ID == r.ID })
 	})
 	if fail {
 		s.failed++
@@ -771,7 +772,7 @@ type overrunTarget struct {
 	seen  map[uuid.UUID]bool
 }
 
-func (o *overrunTarget) Publish(_ context.Context, msgs []*lease.Message) []publish.Result {
+func (o *overrunTarget) Publish(_ context.Context, msgs []*outboxtype.Message) []publish.Result {
 	o.mu.Lock()
 	o.calls++
 	for _, m := range msgs {

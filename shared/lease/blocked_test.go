@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -40,7 +41,7 @@ var blockedKeyCases = []blockedKeyCase{
 // blocking back by its age. Beside them, debts to settle that block
 // nothing: on a key with a healthy head, and on the retrying key, which
 // must still count once. It returns the message each blocked key waits on.
-func blockKeys(t *testing.T, db *pgtest.DB) map[string]lease.Message {
+func blockKeys(t *testing.T, db *pgtest.DB) map[string]outboxtype.Message {
 	t.Helper()
 	ctx := context.Background()
 	store := lease.NewStore(db.Pool)
@@ -53,11 +54,11 @@ func blockKeys(t *testing.T, db *pgtest.DB) map[string]lease.Message {
 		enqueue(t, db.Pool, 3, msg(c.key, c.topic))
 	}
 	enqueue(t, db.Pool, 3, msg("acct-healthy", "t-healthy"))
-	heads := map[string]lease.Message{}
+	heads := map[string]outboxtype.Message{}
 	for _, m := range claimRun(t, store, "w", 100, 1) {
 		heads[m.OrderingKey] = m
 	}
-	complete := func(m lease.Message, r lease.Result) {
+	complete := func(m outboxtype.Message, r lease.Result) {
 		t.Helper()
 		r.ID, r.LeaseToken = m.ID, m.LeaseToken
 		if _, err := store.CompleteBatch(ctx, "w", []lease.Result{r}); err != nil {
@@ -71,19 +72,19 @@ func blockKeys(t *testing.T, db *pgtest.DB) map[string]lease.Message {
 		}
 	}
 	since := func(d time.Duration) string { return fmt.Sprintf("%d seconds", int(d.Seconds())) }
-	waitsOn := map[string]lease.Message{}
+	waitsOn := map[string]outboxtype.Message{}
 	for _, c := range blockedKeyCases {
 		head := heads[c.key]
 		switch c.state {
 		case lease.BlockedRetrying:
-			complete(head, lease.Result{Outcome: lease.Retryable, ErrorCode: "TARGET_5XX", RetryAt: time.Now().Add(time.Hour)})
+			complete(head, lease.Result{Outcome: outboxtype.OutcomeRetryable, ErrorCode: "TARGET_5XX", RetryAt: time.Now().Add(time.Hour)})
 			exec(`UPDATE outbox.pending SET failing_since = now() - $2::interval WHERE id = $1`, head.ID, since(c.age))
 			waitsOn[c.key] = head
 		case lease.BlockedLeaseExpired:
 			exec(`UPDATE outbox.pending SET lease_expires_at = now() - $2::interval WHERE id = $1`, head.ID, since(c.age))
 			waitsOn[c.key] = head
 		case lease.BlockedParked:
-			complete(head, lease.Result{Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", OnDead: lease.OnDeadPark})
+			complete(head, lease.Result{Outcome: outboxtype.OutcomeFailed, ErrorCode: "TARGET_REJECTED", OnDead: outboxtype.OnDeadPark})
 			exec(`UPDATE outbox.dead SET failed_at = now() - $2::interval WHERE id = $1`, head.ID, since(c.age))
 			waitsOn[c.key] = head
 		case lease.BlockedUnsettled:
@@ -101,7 +102,7 @@ func blockKeys(t *testing.T, db *pgtest.DB) map[string]lease.Message {
 			if _, err := outbox.Enqueue(ctx, tx, msg(c.key, c.topic)(99)); err != nil {
 				t.Fatal(err)
 			}
-			complete(head, lease.Result{Outcome: lease.Dispatched})
+			complete(head, lease.Result{Outcome: outboxtype.OutcomeDispatched})
 			if err := tx.Rollback(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +113,7 @@ func blockKeys(t *testing.T, db *pgtest.DB) map[string]lease.Message {
 			waitsOn[c.key] = nextInLine(t, db.Pool, c.key)
 		}
 	}
-	complete(heads["acct-healthy"], lease.Result{Outcome: lease.Released})
+	complete(heads["acct-healthy"], lease.Result{Outcome: outboxtype.OutcomeReleased})
 	exec(`INSERT INTO outbox.unsettled_keys (namespace, ordering_key, since) VALUES
 		('payments', 'acct-healthy', now() - interval '5 hours'), ('payments', 'acct-retrying', now() - interval '5 hours')`)
 	return waitsOn
@@ -120,9 +121,9 @@ func blockKeys(t *testing.T, db *pgtest.DB) map[string]lease.Message {
 
 // nextInLine reads the message next in line on a headless key: its lowest
 // pending sequence.
-func nextInLine(t *testing.T, pool *pgxpool.Pool, key string) lease.Message {
+func nextInLine(t *testing.T, pool *pgxpool.Pool, key string) outboxtype.Message {
 	t.Helper()
-	var m lease.Message
+	var m outboxtype.Message
 	if err := pool.QueryRow(context.Background(), `SELECT id, sequence_id FROM outbox.pending WHERE ordering_key = $1
 		ORDER BY sequence_id LIMIT 1`, key).Scan(&m.ID, &m.SequenceID); err != nil {
 		t.Fatal(err)

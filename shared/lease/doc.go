@@ -86,7 +86,7 @@
 // worker and the lease token it was given, and the database checks both and
 // the expiry (by the clock, not the transaction's start) under a row lock.
 // A worker that stalled past its lease (while the reaper requeued its
-// messages and another worker claimed them) gets StatusLeaseLost from
+// messages and another worker claimed them) gets [outboxtype.StatusLeaseLost] from
 // CompleteBatch, or ErrLeaseLost from Complete, and writes nothing. Keep the
 // lease longer than the longest the work can take.
 //
@@ -95,9 +95,9 @@
 // A claim is bounded by ClaimParams.MaxBytes of payload as well as by
 // BatchSize, and a message whose payload is larger than
 // ClaimParams.MaxPayloadBytes (the most any route may send) comes back
-// without it (Message.PayloadOmitted): the dispatcher dead-letters it
+// without it ([outboxtype.Message.PayloadOmitted]): the dispatcher dead-letters it
 // without ever loading it. A stored row the dispatcher cannot decode comes
-// back with Message.DecodeError set, for that message alone to fail.
+// back with [outboxtype.Message].DecodeError set, for that message alone to fail.
 //
 // # Errors
 //
@@ -106,5 +106,5 @@
 // ErrInvalidArgument (22023), ErrAppendOnly (P0001), ErrDoubleDispatch (23505
 // on attempts_one_dispatched_per_message) — and the driver's error.
 // CompleteBatch reports a second DISPATCHED for one message as that
-// message's StatusDoubleDispatch, not as an error of the batch.
+// message's [outboxtype.StatusDoubleDispatch], not as an error of the batch.
 package lease

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -55,7 +56,7 @@ func snapshot(t *testing.T, pool *pgxpool.Pool) states {
 	return s
 }
 
-func ids(msgs []lease.Message) []uuid.UUID {
+func ids(msgs []outboxtype.Message) []uuid.UUID {
 	out := make([]uuid.UUID, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.ID
@@ -92,7 +93,7 @@ func TestClaimerConnectionDroppedBetweenClaimAndComplete(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range completions {
-			if c.Status != lease.StatusOK {
+			if c.Status != outboxtype.StatusOK {
 				t.Fatalf("completion on the new connection: %s for %s", c.Status, c.ID)
 			}
 		}
@@ -139,7 +140,7 @@ func TestClaimerConnectionDroppedBetweenClaimAndComplete(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range late {
-			if c.Status != lease.StatusLeaseLost {
+			if c.Status != outboxtype.StatusLeaseLost {
 				t.Fatalf("the dropped worker's late completion: %s, want lease_lost", c.Status)
 			}
 		}
@@ -250,9 +251,9 @@ func TestCompleteBatchFailingHalfwayRollsBackWhole(t *testing.T) {
 			for i := range results {
 				switch i % 3 {
 				case 1:
-					results[i].Outcome, results[i].ErrorCode, results[i].RetryAt = lease.Retryable, "TARGET_5XX", time.Now().Add(time.Minute)
+					results[i].Outcome, results[i].ErrorCode, results[i].RetryAt = outboxtype.OutcomeRetryable, "TARGET_5XX", time.Now().Add(time.Minute)
 				case 2:
-					results[i].Outcome, results[i].ErrorCode = lease.Failed, "TARGET_REJECTED"
+					results[i].Outcome, results[i].ErrorCode = outboxtype.OutcomeFailed, "TARGET_REJECTED"
 				}
 			}
 			before := snapshot(t, db.Pool)
@@ -329,7 +330,7 @@ func TestClaimHonoursStatementTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := lease.NewStore(conn)
-	claim := func() ([]lease.Message, time.Duration, error) {
+	claim := func() ([]outboxtype.Message, time.Duration, error) {
 		started := time.Now()
 		msgs, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 10, Lease: time.Minute})
 		return msgs, time.Since(started), err

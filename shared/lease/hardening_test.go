@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -86,10 +87,10 @@ func TestDedupeWindowSurvivesASplitPurge(t *testing.T) {
 	}
 	for _, m := range msgs {
 		if m.ID == enqueued["invoice-42"].ID {
-			if _, err := owner.CompleteBatch(ctx, "w", dispatched([]lease.Message{m})); err != nil {
+			if _, err := owner.CompleteBatch(ctx, "w", dispatched([]outboxtype.Message{m})); err != nil {
 				t.Fatal(err)
 			}
-		} else if _, err := owner.CompleteBatch(ctx, "w", []lease.Result{{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Retryable, ErrorCode: "HTTP_503"}}); err != nil {
+		} else if _, err := owner.CompleteBatch(ctx, "w", []lease.Result{{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeRetryable, ErrorCode: "HTTP_503"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +192,7 @@ func TestLeaseChecksUseTheClock(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond)
 	completions, err := store.CompleteBatch(ctx, "w", dispatched(msgs))
-	if err != nil || len(completions) != 1 || completions[0].Status != lease.StatusLeaseLost {
+	if err != nil || len(completions) != 1 || completions[0].Status != outboxtype.StatusLeaseLost {
 		t.Fatalf("completion past the lease: %+v %v, want lease_lost", completions, err)
 	}
 }

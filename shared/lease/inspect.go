@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // The read side for operators: what is dead, what a message looks like and
@@ -45,13 +46,7 @@ func (r ReplayRequest) Filter() DeadFilter {
 
 // DeadLetter is one row of outbox.dead, without its payload.
 type DeadLetter struct {
-	ID            uuid.UUID `json:"id"`
-	Namespace     string    `json:"namespace"`
-	Topic         string    `json:"topic"`
-	TenantID      string    `json:"tenant_id,omitempty"`
-	DedupeKey     string    `json:"dedupe_key,omitempty"`
-	OrderingKey   string    `json:"ordering_key,omitempty"`
-	SequenceID    int64     `json:"sequence_id,omitempty"`
+	outboxtype.Keys
 	AttemptCount  int       `json:"attempt_count"`
 	LastErrorCode string    `json:"last_error_code,omitempty"`
 	LastError     string    `json:"last_error,omitempty"`
@@ -137,15 +132,9 @@ const (
 // StoredMessage is a message still in the outbox, pending or dead, with
 // its payload.
 type StoredMessage struct {
-	ID uuid.UUID `json:"id"`
+	outboxtype.Keys
 	// State is StatePending or StateDead.
 	State         string            `json:"state"`
-	Namespace     string            `json:"namespace"`
-	Topic         string            `json:"topic"`
-	TenantID      string            `json:"tenant_id,omitempty"`
-	DedupeKey     string            `json:"dedupe_key,omitempty"`
-	OrderingKey   string            `json:"ordering_key,omitempty"`
-	SequenceID    int64             `json:"sequence_id,omitempty"`
 	Payload       json.RawMessage   `json:"payload"`
 	Headers       map[string]string `json:"headers"`
 	TraceHeader   string            `json:"trace_header,omitempty"`

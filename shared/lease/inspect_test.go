@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -28,7 +29,7 @@ func failAll(t *testing.T, store *lease.Store, namespace, code string) []uuid.UU
 	var results []lease.Result
 	var ids []uuid.UUID
 	for _, m := range msgs {
-		results = append(results, lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Failed,
+		results = append(results, lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeFailed,
 			ErrorCode: code, ErrorMessage: "refused: " + m.ID.String(), Target: "t", Latency: 7 * time.Millisecond})
 		ids = append(ids, m.ID)
 	}

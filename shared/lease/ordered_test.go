@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -30,15 +31,15 @@ func ordered(namespace, key string) func(i int) outbox.Message {
 
 // byKey groups claimed messages by ordering key ("" for unordered), in the
 // order the claim returned them.
-func byKey(msgs []lease.Message) map[string][]lease.Message {
-	out := map[string][]lease.Message{}
+func byKey(msgs []outboxtype.Message) map[string][]outboxtype.Message {
+	out := map[string][]outboxtype.Message{}
 	for _, m := range msgs {
 		out[m.OrderingKey] = append(out[m.OrderingKey], m)
 	}
 	return out
 }
 
-func sequences(msgs []lease.Message) []int64 {
+func sequences(msgs []outboxtype.Message) []int64 {
 	out := make([]int64, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.SequenceID
@@ -46,7 +47,7 @@ func sequences(msgs []lease.Message) []int64 {
 	return out
 }
 
-func claimRun(t *testing.T, store *lease.Store, worker string, batch, run int) []lease.Message {
+func claimRun(t *testing.T, store *lease.Store, worker string, batch, run int) []outboxtype.Message {
 	t.Helper()
 	msgs, err := store.ClaimBatch(context.Background(), lease.ClaimParams{WorkerID: worker, BatchSize: batch, MaxRun: run, Lease: time.Minute})
 	if err != nil {
@@ -94,13 +95,13 @@ func TestClaimHandsOutOrderedRuns(t *testing.T) {
 	// acct-1's run fails at its 4th message.
 	var results []lease.Result
 	for _, m := range first {
-		r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched}
+		r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeDispatched}
 		if m.OrderingKey == "acct-1" {
 			switch {
 			case m.SequenceID == 4:
-				r = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Retryable, ErrorCode: "TARGET_5XX"}
+				r = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeRetryable, ErrorCode: "TARGET_5XX"}
 			case m.SequenceID > 4:
-				r = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Released}
+				r = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeReleased}
 			}
 		}
 		results = append(results, r)
@@ -504,7 +505,7 @@ func TestReplayWaitsForTheKeysHeadInFlight(t *testing.T) {
 	enqueue(t, db.Pool, 3, ordered("payments", "acct-1"))
 
 	one := claimRun(t, store, "w1", 10, 1)
-	if _, err := store.CompleteBatch(ctx, "w1", []lease.Result{{ID: one[0].ID, LeaseToken: one[0].LeaseToken, Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", OnDead: lease.OnDeadSkip}}); err != nil {
+	if _, err := store.CompleteBatch(ctx, "w1", []lease.Result{{ID: one[0].ID, LeaseToken: one[0].LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "TARGET_REJECTED", OnDead: outboxtype.OnDeadSkip}}); err != nil {
 		t.Fatal(err)
 	}
 	two := claimRun(t, store, "w1", 10, 1)
@@ -547,10 +548,10 @@ func TestParkHoldsTheKeyUntilReplayOrDiscard(t *testing.T) {
 	store := lease.NewStore(db.Pool)
 	enqueue(t, db.Pool, 4, ordered("payments", "acct-7"))
 
-	die := func(m lease.Message) {
+	die := func(m outboxtype.Message) {
 		t.Helper()
-		if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Failed,
-			ErrorCode: "TARGET_REJECTED", ErrorMessage: "refused", OnDead: lease.OnDeadPark}}); err != nil {
+		if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeFailed,
+			ErrorCode: "TARGET_REJECTED", ErrorMessage: "refused", OnDead: outboxtype.OnDeadPark}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -584,10 +585,10 @@ func TestParkHoldsTheKeyUntilReplayOrDiscard(t *testing.T) {
 	}
 	// 1 is delivered; 2 dies and parks again; the rest are released.
 	results := []lease.Result{
-		{ID: run[0].ID, LeaseToken: run[0].LeaseToken, Outcome: lease.Dispatched},
-		{ID: run[1].ID, LeaseToken: run[1].LeaseToken, Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED", OnDead: lease.OnDeadPark},
-		{ID: run[2].ID, LeaseToken: run[2].LeaseToken, Outcome: lease.Released},
-		{ID: run[3].ID, LeaseToken: run[3].LeaseToken, Outcome: lease.Released},
+		{ID: run[0].ID, LeaseToken: run[0].LeaseToken, Outcome: outboxtype.OutcomeDispatched},
+		{ID: run[1].ID, LeaseToken: run[1].LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "TARGET_REJECTED", OnDead: outboxtype.OnDeadPark},
+		{ID: run[2].ID, LeaseToken: run[2].LeaseToken, Outcome: outboxtype.OutcomeReleased},
+		{ID: run[3].ID, LeaseToken: run[3].LeaseToken, Outcome: outboxtype.OutcomeReleased},
 	}
 	if _, err := store.CompleteBatch(ctx, "w", results); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -139,20 +140,20 @@ func TestRaceOfClaimCompleteRepairAndReplay(t *testing.T) {
 			results := make([]lease.Result, len(msgs))
 			stopped := map[string]bool{}
 			for i, m := range msgs {
-				r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched, OnDead: lease.OnDeadSkip}
+				r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeDispatched, OnDead: outboxtype.OnDeadSkip}
 				if parks(m.OrderingKey) {
-					r.OnDead = lease.OnDeadPark
+					r.OnDead = outboxtype.OnDeadPark
 				}
 				switch roll := rng.IntN(100); {
 				case stopped[m.OrderingKey]:
-					r.Outcome = lease.Released
+					r.Outcome = outboxtype.OutcomeReleased
 					released.Add(1)
 				case inChaos() && roll < 12:
-					r.Outcome, r.ErrorCode = lease.Retryable, "TARGET_5XX"
+					r.Outcome, r.ErrorCode = outboxtype.OutcomeRetryable, "TARGET_5XX"
 				case inChaos() && roll < 16:
-					r.Outcome, r.ErrorCode = lease.Failed, "TARGET_REJECTED"
+					r.Outcome, r.ErrorCode = outboxtype.OutcomeFailed, "TARGET_REJECTED"
 				}
-				if r.Outcome != lease.Dispatched {
+				if r.Outcome != outboxtype.OutcomeDispatched {
 					stopped[m.OrderingKey] = true
 				}
 				results[i] = r

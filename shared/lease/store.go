@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // Querier runs queries: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -68,50 +69,9 @@ type ClaimParams struct {
 	MaxBytes int64
 	// MaxPayloadBytes is the largest payload any route may send (0: no
 	// limit): a larger one is claimed without its payload (see
-	// Message.PayloadOmitted), so that it is dead-lettered without ever
+	// [outboxtype.Message.PayloadOmitted]), so that it is dead-lettered without ever
 	// being loaded.
 	MaxPayloadBytes int
-}
-
-// Message is a claimed message, leased to the claiming worker.
-type Message struct {
-	ID          uuid.UUID
-	Namespace   string
-	Topic       string
-	TenantID    string
-	DedupeKey   string
-	OrderingKey string
-	// SequenceID orders the messages of one OrderingKey; 0 without one.
-	SequenceID int64
-	// Payload is nil when the claim left it out (see PayloadOmitted).
-	Payload json.RawMessage
-	// PayloadBytes is the size of the payload's JSON as the producer sent it.
-	PayloadBytes int
-	Headers      map[string]string
-	TraceHeader  string
-	// Attempt is this claim's attempt number, from 1.
-	Attempt        int
-	LeaseToken     uuid.UUID
-	LeaseExpiresAt time.Time
-	CreatedAt      time.Time
-	// DecodeError is set when the stored row cannot be turned into a
-	// message (headers that are not a JSON object of strings, written
-	// before the database refused them): the message can never be
-	// delivered as it is, and only it fails, never the claim.
-	DecodeError error
-}
-
-// PayloadOmitted reports whether the claim left the payload out because it
-// is larger than ClaimParams.MaxPayloadBytes.
-func (m *Message) PayloadOmitted() bool { return m.Payload == nil }
-
-// StableKey is the key receivers deduplicate on: the dedupe key when the
-// producer gave one, else the message id. It is the same on every attempt.
-func (m *Message) StableKey() string {
-	if m.DedupeKey != "" {
-		return m.DedupeKey
-	}
-	return m.ID.String()
 }
 
 const claimSQL = `SELECT id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id, payload, headers,
@@ -122,7 +82,7 @@ FROM outbox.claim_batch($1, $2, $3, $4, $5, $6, $7)`
 // statement, one round trip, whatever the batch size. The messages of one
 // ordering key come back together and in sequence order, the key's head
 // first.
-func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error) {
+func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Message, error) {
 	if p.Lease <= 0 {
 		return nil, &Error{Op: "claim", Kind: ErrInvalidArgument, Err: fmt.Errorf("lease must be positive, got %s", p.Lease)}
 	}
@@ -140,10 +100,10 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error
 		return nil, translate("claim", err)
 	}
 	defer rows.Close()
-	out := make([]Message, 0, max(p.BatchSize, 0))
+	out := make([]outboxtype.Message, 0, max(p.BatchSize, 0))
 	for rows.Next() {
 		var (
-			m                               Message
+			m                               outboxtype.Message
 			tenant, dedupe, ordering, trace *string
 			sequence                        *int64
 			headers                         []byte
@@ -178,7 +138,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]Message, error
 
 // sortRuns puts each ordering key's messages together, in sequence order,
 // where the key first appears; unordered messages keep their places.
-func sortRuns(msgs []Message) {
+func sortRuns(msgs []outboxtype.Message) {
 	type key struct{ namespace, orderingKey string }
 	group := make([]int, len(msgs)) // position of the message's key (its own, unordered)
 	first := map[key]int{}
@@ -204,46 +164,18 @@ func sortRuns(msgs []Message) {
 	slices.SortStableFunc(order, func(a, b int) int {
 		return cmp.Or(cmp.Compare(group[a], group[b]), cmp.Compare(msgs[a].SequenceID, msgs[b].SequenceID))
 	})
-	sorted := make([]Message, len(msgs))
+	sorted := make([]outboxtype.Message, len(msgs))
 	for i, j := range order {
 		sorted[i] = msgs[j]
 	}
 	copy(msgs, sorted)
 }
 
-// Outcome is what happened to a claimed message.
-type Outcome string
-
-const (
-	// Dispatched: delivered; the message leaves the queue.
-	Dispatched Outcome = "DISPATCHED"
-	// Retryable: not delivered this time; due again at RetryAt.
-	Retryable Outcome = "RETRYABLE"
-	// Failed: will never be delivered as is; moved to the dead letters.
-	Failed Outcome = "FAILED"
-	// Released: given back untouched — not sent, no attempt charged, nothing
-	// archived. The rest of an ordered run after a message that was not
-	// delivered, or a batch the dispatcher could not work on.
-	Released Outcome = "RELEASED"
-)
-
-// OnDead is a route's policy for an ordered message that dies.
-type OnDead string
-
-const (
-	// OnDeadSkip lets the key's next message go: the dead one is skipped
-	// (the default).
-	OnDeadSkip OnDead = "skip"
-	// OnDeadPark holds the key: its later messages wait until the dead one
-	// is replayed (it goes first) or discarded.
-	OnDeadPark OnDead = "park"
-)
-
 // Result is one message's outcome, reported by the worker holding its lease.
 type Result struct {
 	ID         uuid.UUID
 	LeaseToken uuid.UUID
-	Outcome    Outcome
+	Outcome    outboxtype.Outcome
 	// ErrorCode and ErrorMessage explain a Retryable or Failed outcome.
 	ErrorCode    string
 	ErrorMessage string
@@ -256,37 +188,17 @@ type Result struct {
 	RetryAt time.Time
 	// OnDead is the route's policy should this ordered message die now or
 	// later ("": as last reported, skip when never).
-	OnDead OnDead
+	OnDead outboxtype.OnDead
 	// Hold marks a Retryable outcome of a configuration failure (access
 	// denied, a missing target or route): the message is retried without
 	// end and never dead-lettered at the attempt ceiling.
 	Hold bool
 }
 
-// Status is what the database did with one Result.
-type Status string
-
-const (
-	// StatusOK: the outcome was recorded.
-	StatusOK Status = "ok"
-	// StatusLeaseLost: the lease was no longer this worker's; nothing was
-	// written for the message.
-	StatusLeaseLost Status = "lease_lost"
-	// StatusDead: a Retryable outcome at the attempt ceiling; the message
-	// was moved to the dead letters instead.
-	StatusDead Status = "dead"
-	// StatusDoubleDispatch: a Dispatched outcome for a message already
-	// recorded as dispatched (the double-delivery backstop). The message
-	// left the queue without a second DISPATCHED outcome; the rest of the
-	// batch was recorded as usual. It means a delivery happened twice: a
-	// bug to report.
-	StatusDoubleDispatch Status = "double_dispatch"
-)
-
 // Completion pairs a message id with its Status.
 type Completion struct {
 	ID     uuid.UUID
-	Status Status
+	Status outboxtype.Status
 }
 
 // completeBatchSQL sends the results as typed arrays, one element per
@@ -353,7 +265,7 @@ func (s *Store) CompleteBatch(ctx context.Context, workerID string, results []Re
 	defer rows.Close()
 	out := make([]Completion, n)
 	for i := range results {
-		out[i] = Completion{ID: results[i].ID, Status: StatusOK}
+		out[i] = Completion{ID: results[i].ID, Status: outboxtype.StatusOK}
 	}
 	// The exceptions come in the results' order: each is matched to the
 	// next result of its id.
@@ -400,14 +312,14 @@ func (c *optionalText) arg() []pgtype.Text { return c.values }
 const completeSQL = `SELECT outbox.complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 // Complete records one result. It returns an error wrapping ErrLeaseLost when
-// the lease is no longer this worker's (nothing written), and StatusDead when
+// the lease is no longer this worker's (nothing written), and [outboxtype.StatusDead] when
 // a Retryable outcome hit the attempt ceiling.
-func (s *Store) Complete(ctx context.Context, workerID string, r Result) (Status, error) {
+func (s *Store) Complete(ctx context.Context, workerID string, r Result) (outboxtype.Status, error) {
 	var retryAt *time.Time
 	if !r.RetryAt.IsZero() {
 		retryAt = &r.RetryAt
 	}
-	var status Status
+	var status outboxtype.Status
 	err := s.db.QueryRow(ctx, completeSQL, workerID, r.ID, r.LeaseToken, string(r.Outcome),
 		nullable(r.ErrorCode), nullable(r.ErrorMessage), nullable(r.Target), nullable(r.TargetRef),
 		r.Latency.Milliseconds(), retryAt, s.ceiling()).Scan(&status)

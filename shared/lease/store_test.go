@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/retry"
 )
@@ -91,10 +92,10 @@ func age(t testing.TB, pool *pgxpool.Pool, d time.Duration) {
 	}
 }
 
-func dispatched(msgs []lease.Message) []lease.Result {
+func dispatched(msgs []outboxtype.Message) []lease.Result {
 	out := make([]lease.Result, len(msgs))
 	for i, m := range msgs {
-		out[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched, Target: "test", TargetRef: "ref-" + m.ID.String()}
+		out[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeDispatched, Target: "test", TargetRef: "ref-" + m.ID.String()}
 	}
 	return out
 }
@@ -144,7 +145,7 @@ func TestConcurrentClaimersDeliverEachMessageOnce(t *testing.T) {
 					return
 				}
 				for _, c := range completions {
-					if c.Status != lease.StatusOK {
+					if c.Status != outboxtype.StatusOK {
 						errs <- fmt.Errorf("%s: completion of %s: %s", worker, c.ID, c.Status)
 						return
 					}
@@ -191,7 +192,7 @@ func TestFencingRejectsStaleWorker(t *testing.T) {
 
 	expireLeases(t, db.Pool, stale[0].ID)
 	// Even the holder cannot complete after expiry.
-	if c, err := store.CompleteBatch(ctx, "worker-a", dispatched(stale)); err != nil || c[0].Status != lease.StatusLeaseLost {
+	if c, err := store.CompleteBatch(ctx, "worker-a", dispatched(stale)); err != nil || c[0].Status != outboxtype.StatusLeaseLost {
 		t.Fatalf("completion after expiry: %v %v, want lease_lost", c, err)
 	}
 	repaired, err := store.RepairExpiredLeases(ctx, "reaper", 100)
@@ -212,12 +213,12 @@ func TestFencingRejectsStaleWorker(t *testing.T) {
 
 	attemptsBefore := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts`)
 	c, err := store.CompleteBatch(ctx, "worker-a", dispatched(stale))
-	if err != nil || len(c) != 1 || c[0].Status != lease.StatusLeaseLost {
+	if err != nil || len(c) != 1 || c[0].Status != outboxtype.StatusLeaseLost {
 		t.Fatalf("stale batch completion: %v %v, want lease_lost", c, err)
 	}
 	// The stale worker's own id with the new holder's token is refused too.
 	stolen := dispatched(fresh)
-	if c, err := store.CompleteBatch(ctx, "worker-a", stolen); err != nil || c[0].Status != lease.StatusLeaseLost {
+	if c, err := store.CompleteBatch(ctx, "worker-a", stolen); err != nil || c[0].Status != outboxtype.StatusLeaseLost {
 		t.Fatalf("completion under another worker's token: %v %v", c, err)
 	}
 	_, err = store.Complete(ctx, "worker-a", dispatched(stale)[0])
@@ -235,7 +236,7 @@ func TestFencingRejectsStaleWorker(t *testing.T) {
 		t.Fatal("stale completions disturbed the new holder's lease")
 	}
 
-	if status, err := store.Complete(ctx, "worker-b", dispatched(fresh)[0]); err != nil || status != lease.StatusOK {
+	if status, err := store.Complete(ctx, "worker-b", dispatched(fresh)[0]); err != nil || status != outboxtype.StatusOK {
 		t.Fatalf("holder's completion: %s %v", status, err)
 	}
 	// A second completion by the same holder is a lost lease, not a second delivery.
@@ -268,17 +269,17 @@ func TestRetryReschedulesThenDeadLetters(t *testing.T) {
 			t.Fatalf("claim reports attempt %d, want %d", m.Attempt, attempt)
 		}
 		now := time.Now()
-		r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Retryable, ErrorCode: "TARGET_5XX", ErrorMessage: fmt.Sprintf("503 on attempt %d", attempt)}
+		r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeRetryable, ErrorCode: "TARGET_5XX", ErrorMessage: fmt.Sprintf("503 on attempt %d", attempt)}
 		retryAt, err := policy.Next(now, m.Attempt, 0, ceiling)
 		if errors.Is(err, retry.ErrExhausted) {
-			r.Outcome = lease.Failed
+			r.Outcome = outboxtype.OutcomeFailed
 		} else {
 			r.RetryAt = retryAt
 		}
 		if _, err := store.CompleteBatch(ctx, "w", []lease.Result{r}); err != nil {
 			t.Fatal(err)
 		}
-		if r.Outcome == lease.Failed {
+		if r.Outcome == outboxtype.OutcomeFailed {
 			if attempt != policy.MaxAttempts {
 				t.Fatalf("dead after attempt %d, want %d", attempt, policy.MaxAttempts)
 			}
@@ -360,13 +361,13 @@ func TestAttemptCeilingDeadLettersRetryable(t *testing.T) {
 	id := enqueue(t, db.Pool, 1, plain)[0].ID
 	for attempt := 1; attempt <= 2; attempt++ {
 		msgs, _ := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 1, Lease: time.Minute})
-		c, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Retryable, ErrorCode: "THROTTLED"}})
+		c, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeRetryable, ErrorCode: "THROTTLED"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := lease.StatusOK
+		want := outboxtype.StatusOK
 		if attempt == 2 {
-			want = lease.StatusDead
+			want = outboxtype.StatusDead
 		}
 		if c[0].Status != want {
 			t.Fatalf("attempt %d: status %s, want %s", attempt, c[0].Status, want)
@@ -479,7 +480,7 @@ func TestAttemptsArchiveIsAppendOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a double dispatch of one message failed the whole batch: %v", err)
 	}
-	want := map[uuid.UUID]lease.Status{poisoned.ID: lease.StatusDoubleDispatch, healthy.ID: lease.StatusOK}
+	want := map[uuid.UUID]outboxtype.Status{poisoned.ID: outboxtype.StatusDoubleDispatch, healthy.ID: outboxtype.StatusOK}
 	for _, c := range completions {
 		if c.Status != want[c.ID] {
 			t.Errorf("message %s: status %s, want %s", c.ID, c.Status, want[c.ID])
@@ -512,11 +513,11 @@ func TestCompleteBatchAnswersEveryResultInOrder(t *testing.T) {
 	}
 	results := dispatched(msgs)
 	results[1].LeaseToken = uuid.New()
-	results[3].Outcome, results[3].ErrorCode = lease.Retryable, "TARGET_5XX"
+	results[3].Outcome, results[3].ErrorCode = outboxtype.OutcomeRetryable, "TARGET_5XX"
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic) VALUES ($1, 1, 'DISPATCHED', 'billing', 'usage')`, msgs[4].ID); err != nil {
 		t.Fatal(err)
 	}
-	want := []lease.Status{lease.StatusOK, lease.StatusLeaseLost, lease.StatusOK, lease.StatusDead, lease.StatusDoubleDispatch, lease.StatusOK}
+	want := []outboxtype.Status{outboxtype.StatusOK, outboxtype.StatusLeaseLost, outboxtype.StatusOK, outboxtype.StatusDead, outboxtype.StatusDoubleDispatch, outboxtype.StatusOK}
 	completions, err := store.CompleteBatch(ctx, "w", results)
 	if err != nil || len(completions) != len(results) {
 		t.Fatalf("%d completions for %d results: %v", len(completions), len(results), err)
@@ -579,9 +580,9 @@ func TestOrderingKeysDeliverInSequence(t *testing.T) {
 						errs <- fmt.Errorf("two messages of %s in flight at once", m.OrderingKey)
 					}
 					inFlight[m.OrderingKey] = true
-					results[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched}
+					results[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeDispatched}
 					if rng.IntN(5) == 0 { // 20% fail retryably and are due again at once
-						results[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Retryable, ErrorCode: "TARGET_5XX"}
+						results[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeRetryable, ErrorCode: "TARGET_5XX"}
 					} else {
 						delivered[m.OrderingKey] = append(delivered[m.OrderingKey], m.SequenceID)
 					}
@@ -635,7 +636,7 @@ func TestOrderingHeadBlocksUntilDoneOrDead(t *testing.T) {
 		m.OrderingKey = "account-7"
 		return m
 	})
-	claim := func() []lease.Message {
+	claim := func() []outboxtype.Message {
 		t.Helper()
 		msgs, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 10, Lease: time.Minute})
 		if err != nil {
@@ -651,7 +652,7 @@ func TestOrderingHeadBlocksUntilDoneOrDead(t *testing.T) {
 		t.Fatalf("claimed sequence %d while the head is leased", more[0].SequenceID)
 	}
 	// A retrying head still blocks its key.
-	store.CompleteBatch(ctx, "w", []lease.Result{{ID: head[0].ID, LeaseToken: head[0].LeaseToken, Outcome: lease.Retryable, RetryAt: time.Now().Add(time.Hour)}})
+	store.CompleteBatch(ctx, "w", []lease.Result{{ID: head[0].ID, LeaseToken: head[0].LeaseToken, Outcome: outboxtype.OutcomeRetryable, RetryAt: time.Now().Add(time.Hour)}})
 	if more := claim(); len(more) != 0 {
 		t.Fatalf("claimed sequence %d while the head waits to retry", more[0].SequenceID)
 	}
@@ -661,7 +662,7 @@ func TestOrderingHeadBlocksUntilDoneOrDead(t *testing.T) {
 		t.Fatalf("retry claim %v, want sequence 1 again", head)
 	}
 	// A dead head lets the next message of its key go.
-	store.CompleteBatch(ctx, "w", []lease.Result{{ID: head[0].ID, LeaseToken: head[0].LeaseToken, Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED"}})
+	store.CompleteBatch(ctx, "w", []lease.Result{{ID: head[0].ID, LeaseToken: head[0].LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "TARGET_REJECTED"}})
 	next := claim()
 	if len(next) != 1 || next[0].SequenceID != 2 {
 		t.Fatalf("after a dead head: %v, want sequence 2", next)
@@ -687,7 +688,7 @@ func TestReplayDead(t *testing.T) {
 		if m.Namespace == "payments" && m.SequenceID == 1 && m.OrderingKey == "key-1" {
 			code = "ACCESS_DENIED"
 		}
-		results = append(results, lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Failed, ErrorCode: code, ErrorMessage: "410 Gone"})
+		results = append(results, lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: code, ErrorMessage: "410 Gone"})
 	}
 	if _, err := store.CompleteBatch(ctx, "w", results); err != nil {
 		t.Fatal(err)
@@ -787,8 +788,8 @@ func TestStatsAndPurge(t *testing.T) {
 	msgs, _ := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 3, Lease: time.Minute})
 	// one delivered, one dead, one left leased and then expired
 	store.CompleteBatch(ctx, "w", []lease.Result{
-		{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Dispatched},
-		{ID: msgs[1].ID, LeaseToken: msgs[1].LeaseToken, Outcome: lease.Failed, ErrorCode: "TARGET_REJECTED"},
+		{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeDispatched},
+		{ID: msgs[1].ID, LeaseToken: msgs[1].LeaseToken, Outcome: outboxtype.OutcomeFailed, ErrorCode: "TARGET_REJECTED"},
 	})
 	expireLeases(t, db.Pool, msgs[2].ID)
 
@@ -842,15 +843,15 @@ func TestInvalidCallsAreRefusedWhole(t *testing.T) {
 	msgs, _ := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 2, Lease: time.Minute})
 	// One good result and one with an unknown outcome: nothing is written.
 	_, err := store.CompleteBatch(ctx, "w", []lease.Result{
-		{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Dispatched},
+		{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeDispatched},
 		{ID: msgs[1].ID, LeaseToken: msgs[1].LeaseToken, Outcome: "DELIVERED"},
 	})
 	if !errors.Is(err, lease.ErrInvalidCompletion) {
 		t.Fatalf("unknown outcome: %v, want ErrInvalidCompletion", err)
 	}
 	_, err = store.CompleteBatch(ctx, "w", []lease.Result{
-		{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Dispatched},
-		{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Failed},
+		{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeDispatched},
+		{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeFailed},
 	})
 	if !errors.Is(err, lease.ErrInvalidCompletion) {
 		t.Fatalf("duplicate id: %v, want ErrInvalidCompletion", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -92,7 +93,7 @@ func TestDedupeSameIDEvenAfterDelivery(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v, %d messages", err, len(claimed))
 	}
-	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: claimed[0].ID, LeaseToken: claimed[0].LeaseToken, Outcome: lease.Dispatched}}); err != nil {
+	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: claimed[0].ID, LeaseToken: claimed[0].LeaseToken, Outcome: outboxtype.OutcomeDispatched}}); err != nil {
 		t.Fatal(err)
 	}
 	third, err := outbox.Enqueue(ctx, db.Pool, msg("tenant-1/turn-1/req-1"))

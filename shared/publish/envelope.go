@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // Envelope is what plugin endpoints (HTTP webhooks and Lambda functions)
@@ -31,7 +31,7 @@ type Envelope struct {
 }
 
 // NewEnvelope wraps a claimed message.
-func NewEnvelope(m *lease.Message) Envelope {
+func NewEnvelope(m *outboxtype.Message) Envelope {
 	return Envelope{
 		ID: m.ID.String(), Key: m.StableKey(), Namespace: m.Namespace, Topic: m.Topic,
 		TenantID: m.TenantID, DedupeKey: m.DedupeKey, OrderingKey: m.OrderingKey,
@@ -41,6 +41,6 @@ func NewEnvelope(m *lease.Message) Envelope {
 }
 
 // EncodeEnvelope is the JSON body a plugin endpoint receives for m.
-func EncodeEnvelope(m *lease.Message) ([]byte, error) {
+func EncodeEnvelope(m *outboxtype.Message) ([]byte, error) {
 	return json.Marshal(NewEnvelope(m))
 }

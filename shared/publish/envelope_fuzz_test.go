@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -34,10 +34,12 @@ func FuzzEncodeEnvelope(f *testing.F) {
 			t.Skip("payloads are valid JSON (they come from a jsonb column)")
 		}
 		created := time.Unix(createdSeconds, createdNanos)
-		m := &lease.Message{
-			ID: uuid.NewSHA1(uuid.NameSpaceOID, payload), Namespace: namespace, Topic: topic, TenantID: tenant,
-			DedupeKey: dedupeKey, OrderingKey: orderingKey, SequenceID: sequenceID, Attempt: attempt,
-			Payload: payload, CreatedAt: created,
+		m := &outboxtype.Message{
+			Keys: outboxtype.Keys{
+				ID: uuid.NewSHA1(uuid.NameSpaceOID, payload), Namespace: namespace, Topic: topic, TenantID: tenant,
+				DedupeKey: dedupeKey, OrderingKey: orderingKey, SequenceID: sequenceID,
+			},
+			Attempt: attempt, Payload: payload, CreatedAt: created,
 		}
 		if headerName != "" {
 			m.Headers = map[string]string{headerName: headerValue, "x-fixed": "1"}

@@ -22,7 +22,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // Publisher delivers messages to one target.
@@ -56,39 +56,7 @@ type Publisher interface {
 	// ordering key that was not accepted comes back Retryable (CANCELED or
 	// TIMEOUT, see ContextResult), and so does the first message of a lane
 	// not accepted, the rest of that lane Released.
-	Publish(ctx context.Context, msgs []*lease.Message) []Result
-}
-
-// Code says why a message was not delivered.
-type Code string
-
-// The codes. Each is retryable or terminal by nature, but a publisher
-// decides per result: a throttled call is retried, an access denial is not.
-const (
-	// Retryable by nature.
-	CodeThrottled Code = "THROTTLED"  // the target asked us to slow down
-	CodeTimeout   Code = "TIMEOUT"    // no answer within the route's timeout
-	CodeNetwork   Code = "NETWORK"    // connection refused, reset or dropped
-	CodeTarget5xx Code = "TARGET_5XX" // the target failed on its side
-	CodeCanceled  Code = "CANCELED"   // the invocation ran out of time first
-
-	// Terminal by nature.
-	CodeTargetRejected  Code = "TARGET_REJECTED"   // the target refused this message (4xx, sender fault)
-	CodeAccessDenied    Code = "ACCESS_DENIED"     // our credentials may not publish there
-	CodeTargetNotFound  Code = "TARGET_NOT_FOUND"  // the topic, bus, URL or function does not exist
-	CodePayloadTooLarge Code = "PAYLOAD_TOO_LARGE" // over the target's size cap; never sent
-	CodeInvalidPayload  Code = "INVALID_PAYLOAD"   // fails the route's schema or the target's rules; never sent
-	CodeNoRoute         Code = "NO_ROUTE"          // no route matches the namespace and topic
-	CodeFunctionError   Code = "FUNCTION_ERROR"    // a plugin function failed (retryable unless it marked the failure terminal)
-	CodeInvalidMessage  Code = "INVALID_MESSAGE"   // the stored message cannot be decoded (e.g. a header that is not a string); never sent
-)
-
-// Codes lists every code, for documentation and tools; the README's error
-// table is checked against it.
-var Codes = []Code{
-	CodeThrottled, CodeTimeout, CodeNetwork, CodeTarget5xx, CodeCanceled,
-	CodeTargetRejected, CodeAccessDenied, CodeTargetNotFound, CodePayloadTooLarge,
-	CodeInvalidPayload, CodeNoRoute, CodeFunctionError, CodeInvalidMessage,
+	Publish(ctx context.Context, msgs []*outboxtype.Message) []Result
 }
 
 // Kind is a Result's outcome.
@@ -131,7 +99,7 @@ type Result struct {
 	// EventBridge EventId, an HTTP status.
 	TargetRef string
 	// Code and Err explain a Retryable or Terminal result.
-	Code Code
+	Code outboxtype.Code
 	Err  error
 	// RetryAfter is the target's own request to wait (HTTP Retry-After),
 	// 0 when it made none.
@@ -148,12 +116,14 @@ type Result struct {
 func Ok(targetRef string) Result { return Result{Kind: Delivered, TargetRef: targetRef} }
 
 // Retry is a retryable result.
-func Retry(code Code, err error, retryAfter time.Duration) Result {
+func Retry(code outboxtype.Code, err error, retryAfter time.Duration) Result {
 	return Result{Kind: Retryable, Code: code, Err: err, RetryAfter: retryAfter}
 }
 
 // Fail is a terminal result.
-func Fail(code Code, err error) Result { return Result{Kind: Terminal, Code: code, Err: err} }
+func Fail(code outboxtype.Code, err error) Result {
+	return Result{Kind: Terminal, Code: code, Err: err}
+}
 
 // Fill returns n copies of r: the answer for every message of a call that
 // failed as a whole.
@@ -172,15 +142,15 @@ func Fill(n int, r Result) []Result {
 func ContextResult(parent context.Context, err error) (Result, bool) {
 	switch {
 	case parent.Err() != nil:
-		return Retry(CodeCanceled, fmt.Errorf("invocation ended before the target answered: %w", err), 0), true
+		return Retry(outboxtype.CodeCanceled, fmt.Errorf("invocation ended before the target answered: %w", err), 0), true
 	case errors.Is(err, context.DeadlineExceeded):
-		return Retry(CodeTimeout, err, 0), true
+		return Retry(outboxtype.CodeTimeout, err, 0), true
 	case errors.Is(err, context.Canceled):
-		return Retry(CodeCanceled, err, 0), true
+		return Retry(outboxtype.CodeCanceled, err, 0), true
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
-		return Retry(CodeTimeout, err, 0), true
+		return Retry(outboxtype.CodeTimeout, err, 0), true
 	}
 	return Result{}, false
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // Batcher is the scheduler every publisher delivers through. A publisher
@@ -56,7 +56,7 @@ type Batcher[E any] struct {
 	// per message at most, in lane order; a message it is not called for
 	// was cut off by the context or released. A panic in it answers that
 	// message alone, retryable.
-	Prepare func(m *lease.Message) (entry E, size int, refused *Result)
+	Prepare func(m *outboxtype.Message) (entry E, size int, refused *Result)
 	// Call makes one call carrying entries (msgs[j] is entries[j]'s
 	// message) and answers entries[j] in results[j]; results arrive zeroed,
 	// and an entry left unanswered comes back retryable. The entries are
@@ -70,7 +70,7 @@ type Batcher[E any] struct {
 	// entries in parts, as Isolation says, so that only the entry at fault
 	// keeps the refusal. A panic in Call answers that call's entries alone,
 	// retryable.
-	Call func(ctx context.Context, msgs []*lease.Message, entries []E, results []Result) (isolate bool)
+	Call func(ctx context.Context, msgs []*outboxtype.Message, entries []E, results []Result) (isolate bool)
 	// Isolation is how a call refused as a whole is re-sent.
 	Isolation Isolation
 }
@@ -112,7 +112,7 @@ var (
 
 // Publish delivers msgs as the Publisher contract says and returns exactly
 // len(msgs) results, result i for msgs[i].
-func (b Batcher[E]) Publish(ctx context.Context, msgs []*lease.Message) []Result {
+func (b Batcher[E]) Publish(ctx context.Context, msgs []*outboxtype.Message) []Result {
 	s := newSchedule(&b, msgs)
 	// A lane has at most one call in flight, so more workers than lanes
 	// would idle.
@@ -137,7 +137,7 @@ func (b Batcher[E]) Publish(ctx context.Context, msgs []*lease.Message) []Result
 // touches it; workers see nothing but the calls handed to them.
 type schedule[E any] struct {
 	b       *Batcher[E]
-	msgs    []*lease.Message
+	msgs    []*outboxtype.Message
 	results []Result
 	// order holds the indices of msgs lane by lane, each lane in SequenceID
 	// order; a lane is a window on it.
@@ -173,7 +173,7 @@ type prepared[E any] struct {
 // call is one call's entries, as windows on the schedule's arena (or, for
 // an isolating re-send, on slices of its own).
 type call[E any] struct {
-	msgs    []*lease.Message
+	msgs    []*outboxtype.Message
 	entries []E
 	results []Result
 	// positions[j] is entries[j]'s index in the Publish's msgs, lanes[j]
@@ -184,12 +184,12 @@ type call[E any] struct {
 
 type laneKey struct{ namespace, orderingKey string }
 
-func newSchedule[E any](b *Batcher[E], msgs []*lease.Message) *schedule[E] {
+func newSchedule[E any](b *Batcher[E], msgs []*outboxtype.Message) *schedule[E] {
 	n := len(msgs)
 	s := &schedule[E]{
 		b: b, msgs: msgs, results: make([]Result, n), order: make([]int, n),
 		arena: call[E]{
-			msgs: make([]*lease.Message, n), entries: make([]E, n), results: make([]Result, n),
+			msgs: make([]*outboxtype.Message, n), entries: make([]E, n), results: make([]Result, n),
 			positions: make([]int, n), lanes: make([]int, n),
 		},
 	}
@@ -296,7 +296,7 @@ func (s *schedule[E]) prepareNext(l *lane[E]) (p prepared[E]) {
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			r := Retry(CodeTarget5xx, fmt.Errorf("panic while publishing: preparing the message: %v", v), 0)
+			r := Retry(outboxtype.CodeTarget5xx, fmt.Errorf("panic while publishing: preparing the message: %v", v), 0)
 			p = prepared[E]{refused: &r}
 		}
 	}()
@@ -444,7 +444,7 @@ func (b *Batcher[E]) isolate(ctx context.Context, c call[E], idx []int, stopped 
 		if len(send) == 0 {
 			continue
 		}
-		msgs, entries, results := make([]*lease.Message, len(send)), make([]E, len(send)), make([]Result, len(send))
+		msgs, entries, results := make([]*outboxtype.Message, len(send)), make([]E, len(send)), make([]Result, len(send))
 		for k, j := range send {
 			msgs[k], entries[k] = c.msgs[j], c.entries[j]
 		}
@@ -464,7 +464,7 @@ func (b *Batcher[E]) isolate(ctx context.Context, c call[E], idx []int, stopped 
 // callOnce makes one call and answers every entry of it, whatever Call
 // does: a call never made once ctx has ended, a panic contained to this
 // call's entries, a forgotten entry retryable, and each result timed.
-func (b *Batcher[E]) callOnce(ctx context.Context, msgs []*lease.Message, entries []E, results []Result) (isolate bool) {
+func (b *Batcher[E]) callOnce(ctx context.Context, msgs []*outboxtype.Message, entries []E, results []Result) (isolate bool) {
 	if err := ctx.Err(); err != nil {
 		r, _ := ContextResult(ctx, err)
 		fillResults(results, r)
@@ -475,12 +475,12 @@ func (b *Batcher[E]) callOnce(ctx context.Context, msgs []*lease.Message, entrie
 	defer func() {
 		took := time.Since(start)
 		if v := recover(); v != nil {
-			fillResults(results, Retry(CodeTarget5xx, fmt.Errorf("panic while publishing: a call of %d entries: %v", len(entries), v), 0))
+			fillResults(results, Retry(outboxtype.CodeTarget5xx, fmt.Errorf("panic while publishing: a call of %d entries: %v", len(entries), v), 0))
 			isolate = false
 		}
 		for j := range results {
 			if results[j].Kind == 0 {
-				results[j] = Retry(CodeTarget5xx, errUnanswered, 0)
+				results[j] = Retry(outboxtype.CodeTarget5xx, errUnanswered, 0)
 			}
 			if results[j].Latency == 0 {
 				results[j].Latency = took

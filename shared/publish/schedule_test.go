@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -22,30 +22,30 @@ import (
 // flight.
 type fakeTarget struct {
 	// answer is one entry's result (default: delivered).
-	answer func(m *lease.Message) publish.Result
+	answer func(m *outboxtype.Message) publish.Result
 	// refuseWhole refuses a call of several entries as a whole, asking for
 	// isolation, and a call of the entry alone terminally.
-	refuseWhole func(m *lease.Message) bool
+	refuseWhole func(m *outboxtype.Message) bool
 	// before runs at the start of every call, outside the lock: to sleep,
 	// cancel or panic.
-	before func(ctx context.Context, msgs []*lease.Message)
+	before func(ctx context.Context, msgs []*outboxtype.Message)
 
 	mu          sync.Mutex
-	calls       [][]*lease.Message // in the order they started
-	inFlight    map[string]int     // by lane
+	calls       [][]*outboxtype.Message // in the order they started
+	inFlight    map[string]int          // by lane
 	current     int
 	maxInFlight int
 	overlaps    []string
 }
 
-func laneOf(m *lease.Message) string {
+func laneOf(m *outboxtype.Message) string {
 	if m.OrderingKey == "" {
 		return "unordered " + m.ID.String()
 	}
 	return m.Namespace + "/" + m.OrderingKey
 }
 
-func (f *fakeTarget) call(ctx context.Context, msgs []*lease.Message, entries []*lease.Message, results []publish.Result) bool {
+func (f *fakeTarget) call(ctx context.Context, msgs []*outboxtype.Message, entries []*outboxtype.Message, results []publish.Result) bool {
 	f.mu.Lock()
 	if f.inFlight == nil {
 		f.inFlight = map[string]int{}
@@ -79,7 +79,7 @@ func (f *fakeTarget) call(ctx context.Context, msgs []*lease.Message, entries []
 		f.before(ctx, msgs)
 	}
 	if f.refuseWhole != nil && slices.ContainsFunc(msgs, f.refuseWhole) {
-		r := publish.Fail(publish.CodeInvalidPayload, errors.New("the request is invalid"))
+		r := publish.Fail(outboxtype.CodeInvalidPayload, errors.New("the request is invalid"))
 		for j := range results {
 			results[j] = r
 		}
@@ -107,13 +107,13 @@ func (f *fakeTarget) callSizes() []int {
 	return sizes
 }
 
-func (f *fakeTarget) sentCalls() [][]*lease.Message {
+func (f *fakeTarget) sentCalls() [][]*outboxtype.Message {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.calls)
 }
 
-func (f *fakeTarget) sentCount(m *lease.Message) int {
+func (f *fakeTarget) sentCount(m *outboxtype.Message) int {
 	n := 0
 	for _, c := range f.sentCalls() {
 		for _, s := range c {
@@ -136,41 +136,41 @@ func (f *fakeTarget) checkNoOverlap(t *testing.T) {
 
 // batcher is a Batcher of f whose entries are the messages themselves,
 // sized by their payload.
-func batcher(f *fakeTarget, maxEntries, concurrency int) publish.Batcher[*lease.Message] {
-	return publish.Batcher[*lease.Message]{
+func batcher(f *fakeTarget, maxEntries, concurrency int) publish.Batcher[*outboxtype.Message] {
+	return publish.Batcher[*outboxtype.Message]{
 		MaxEntries:  maxEntries,
 		Concurrency: concurrency,
-		Prepare: func(m *lease.Message) (*lease.Message, int, *publish.Result) {
+		Prepare: func(m *outboxtype.Message) (*outboxtype.Message, int, *publish.Result) {
 			return m, len(m.Payload), nil
 		},
 		Call: f.call,
 	}
 }
 
-func message(key string, seq int64) *lease.Message {
-	return &lease.Message{ID: uuid.New(), Namespace: "ns", OrderingKey: key, SequenceID: seq, Payload: []byte(`{}`), Attempt: 1}
+func message(key string, seq int64) *outboxtype.Message {
+	return &outboxtype.Message{Keys: outboxtype.Keys{ID: uuid.New(), Namespace: "ns", OrderingKey: key, SequenceID: seq}, Payload: []byte(`{}`), Attempt: 1}
 }
 
 // keyMessages is n messages of one key, sequence ids 1 to n.
-func keyMessages(key string, n int) []*lease.Message {
-	out := make([]*lease.Message, n)
+func keyMessages(key string, n int) []*outboxtype.Message {
+	out := make([]*outboxtype.Message, n)
 	for i := range out {
 		out[i] = message(key, int64(i+1))
 	}
 	return out
 }
 
-func unordered(n int) []*lease.Message { return keyMessages("", n) }
+func unordered(n int) []*outboxtype.Message { return keyMessages("", n) }
 
-func concat(parts ...[]*lease.Message) []*lease.Message { return slices.Concat(parts...) }
+func concat(parts ...[]*outboxtype.Message) []*outboxtype.Message { return slices.Concat(parts...) }
 
 // resultsOf maps each message to its result.
-func resultsOf(t *testing.T, msgs []*lease.Message, results []publish.Result) map[*lease.Message]publish.Result {
+func resultsOf(t *testing.T, msgs []*outboxtype.Message, results []publish.Result) map[*outboxtype.Message]publish.Result {
 	t.Helper()
 	if len(results) != len(msgs) {
 		t.Fatalf("%d results for %d messages", len(results), len(msgs))
 	}
-	out := make(map[*lease.Message]publish.Result, len(msgs))
+	out := make(map[*outboxtype.Message]publish.Result, len(msgs))
 	for i, m := range msgs {
 		out[m] = results[i]
 	}
@@ -185,30 +185,30 @@ func TestBatcherPacksReadyLanesIntoFullCalls(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name        string
-		msgs        func() []*lease.Message
+		msgs        func() []*outboxtype.Message
 		maxEntries  int
 		maxBytes    int
 		concurrency int
 		sizes       []int // per call, sorted
 		maxInFlight int   // 0: not checked
 	}{
-		{"500 unordered go 10 a call", func() []*lease.Message { return unordered(500) }, 10, 0, 8, slices.Repeat([]int{10}, 50), 0},
-		{"3 keys of 3 go as one call of 9", func() []*lease.Message {
+		{"500 unordered go 10 a call", func() []*outboxtype.Message { return unordered(500) }, 10, 0, 8, slices.Repeat([]int{10}, 50), 0},
+		{"3 keys of 3 go as one call of 9", func() []*outboxtype.Message {
 			return concat(keyMessages("a", 3), keyMessages("b", 3), keyMessages("c", 3))
 		}, 10, 0, 8, []int{9}, 1},
-		{"one key of 100 goes as 10 calls of 10, one at a time", func() []*lease.Message { return keyMessages("hot", 100) }, 10, 0, 8, slices.Repeat([]int{10}, 10), 1},
-		{"a key of 15 beside 5 unordered", func() []*lease.Message { return concat(keyMessages("a", 15), unordered(5)) }, 10, 0, 8, []int{5, 5, 10}, 0},
-		{"one entry a call: 3 keys of 4 side by side", func() []*lease.Message {
+		{"one key of 100 goes as 10 calls of 10, one at a time", func() []*outboxtype.Message { return keyMessages("hot", 100) }, 10, 0, 8, slices.Repeat([]int{10}, 10), 1},
+		{"a key of 15 beside 5 unordered", func() []*outboxtype.Message { return concat(keyMessages("a", 15), unordered(5)) }, 10, 0, 8, []int{5, 5, 10}, 0},
+		{"one entry a call: 3 keys of 4 side by side", func() []*outboxtype.Message {
 			return concat(keyMessages("a", 4), keyMessages("b", 4), keyMessages("c", 4))
 		}, 1, 0, 8, slices.Repeat([]int{1}, 12), 3},
-		{"the byte cap: two of 40 bytes within 100", func() []*lease.Message {
+		{"the byte cap: two of 40 bytes within 100", func() []*outboxtype.Message {
 			msgs := unordered(7)
 			for _, m := range msgs {
 				m.Payload = []byte(`{"pad":"` + strings.Repeat("x", 40-10) + `"}`)
 			}
 			return msgs
 		}, 10, 100, 1, []int{1, 2, 2, 2}, 1},
-		{"an entry over the byte cap goes alone", func() []*lease.Message {
+		{"an entry over the byte cap goes alone", func() []*outboxtype.Message {
 			msgs := unordered(3)
 			msgs[1].Payload = []byte(`{"pad":"` + strings.Repeat("x", 200) + `"}`)
 			return msgs
@@ -216,7 +216,7 @@ func TestBatcherPacksReadyLanesIntoFullCalls(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := &fakeTarget{before: func(context.Context, []*lease.Message) { time.Sleep(5 * time.Millisecond) }}
+			f := &fakeTarget{before: func(context.Context, []*outboxtype.Message) { time.Sleep(5 * time.Millisecond) }}
 			b := batcher(f, tc.maxEntries, tc.concurrency)
 			b.MaxBytes = tc.maxBytes
 			msgs := tc.msgs()
@@ -272,9 +272,9 @@ func TestBatcherLaneIsNamespaceAndKey(t *testing.T) {
 	for _, m := range theirs {
 		m.Namespace = "other"
 	}
-	f := &fakeTarget{answer: func(m *lease.Message) publish.Result {
+	f := &fakeTarget{answer: func(m *outboxtype.Message) publish.Result {
 		if m == ours[0] {
-			return publish.Retry(publish.CodeTarget5xx, errors.New("later"), 0)
+			return publish.Retry(outboxtype.CodeTarget5xx, errors.New("later"), 0)
 		}
 		return publish.Ok("ref")
 	}}
@@ -299,11 +299,11 @@ func TestBatcherStopsALaneAtItsFirstFailure(t *testing.T) {
 			t.Run(fmt.Sprintf("terminal=%t/maxEntries=%d", terminal, maxEntries), func(t *testing.T) {
 				t.Parallel()
 				a, b, u := keyMessages("a", 12), keyMessages("b", 12), unordered(6)
-				failure := publish.Retry(publish.CodeTarget5xx, errors.New("try later"), 0)
+				failure := publish.Retry(outboxtype.CodeTarget5xx, errors.New("try later"), 0)
 				if terminal {
-					failure = publish.Fail(publish.CodeTargetRejected, errors.New("never"))
+					failure = publish.Fail(outboxtype.CodeTargetRejected, errors.New("never"))
 				}
-				f := &fakeTarget{answer: func(m *lease.Message) publish.Result {
+				f := &fakeTarget{answer: func(m *outboxtype.Message) publish.Result {
 					if m == a[4] || m == u[2] {
 						return failure
 					}
@@ -372,12 +372,12 @@ func TestBatcherStopsALaneAtItsFirstFailure(t *testing.T) {
 func TestBatcherKeepsADeliveryAfterAFailureInOneCall(t *testing.T) {
 	t.Parallel()
 	a := keyMessages("a", 12)
-	f := &fakeTarget{answer: func(m *lease.Message) publish.Result {
+	f := &fakeTarget{answer: func(m *outboxtype.Message) publish.Result {
 		switch m {
 		case a[4]:
-			return publish.Retry(publish.CodeTarget5xx, errors.New("later"), 0)
+			return publish.Retry(outboxtype.CodeTarget5xx, errors.New("later"), 0)
 		case a[6]:
-			return publish.Fail(publish.CodeTargetRejected, errors.New("never"))
+			return publish.Fail(outboxtype.CodeTargetRejected, errors.New("never"))
 		}
 		return publish.Ok("ref")
 	}}
@@ -406,15 +406,15 @@ func TestBatcherRefusalInALaneWaitsForTheMessagesBeforeIt(t *testing.T) {
 		t.Run(fmt.Sprintf("earlier fails=%t", earlierFails), func(t *testing.T) {
 			t.Parallel()
 			a := keyMessages("a", 5)
-			f := &fakeTarget{answer: func(m *lease.Message) publish.Result {
+			f := &fakeTarget{answer: func(m *outboxtype.Message) publish.Result {
 				if earlierFails && m == a[0] {
-					return publish.Retry(publish.CodeTarget5xx, errors.New("later"), 0)
+					return publish.Retry(outboxtype.CodeTarget5xx, errors.New("later"), 0)
 				}
 				return publish.Ok("ref")
 			}}
 			b := batcher(f, 10, 4)
-			refusal := publish.Fail(publish.CodePayloadTooLarge, errors.New("too large"))
-			b.Prepare = func(m *lease.Message) (*lease.Message, int, *publish.Result) {
+			refusal := publish.Fail(outboxtype.CodePayloadTooLarge, errors.New("too large"))
+			b.Prepare = func(m *outboxtype.Message) (*outboxtype.Message, int, *publish.Result) {
 				if m == a[2] {
 					return nil, 0, &refusal
 				}
@@ -445,8 +445,8 @@ func TestBatcherContextEndedBeforehandSendsNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	byMsg := resultsOf(t, msgs, batcher(f, 10, 4).Publish(ctx, msgs))
-	for _, m := range []*lease.Message{u[0], u[1], a[0]} {
-		if r := byMsg[m]; r.Kind != publish.Retryable || r.Code != publish.CodeCanceled || r.Latency != 0 {
+	for _, m := range []*outboxtype.Message{u[0], u[1], a[0]} {
+		if r := byMsg[m]; r.Kind != publish.Retryable || r.Code != outboxtype.CodeCanceled || r.Latency != 0 {
 			t.Errorf("message %d of %q: %s, latency %s; want retryable CANCELED without latency", m.SequenceID, m.OrderingKey, describe(r), r.Latency)
 		}
 	}
@@ -470,7 +470,7 @@ func TestBatcherContextEndingMidway(t *testing.T) {
 	defer cancel()
 	var calls int
 	var mu sync.Mutex
-	f := &fakeTarget{before: func(ctx context.Context, msgs []*lease.Message) {
+	f := &fakeTarget{before: func(ctx context.Context, msgs []*outboxtype.Message) {
 		mu.Lock()
 		calls++
 		n := calls
@@ -480,7 +480,7 @@ func TestBatcherContextEndingMidway(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}}
-	f.answer = func(m *lease.Message) publish.Result {
+	f.answer = func(m *outboxtype.Message) publish.Result {
 		mu.Lock()
 		defer mu.Unlock()
 		if ctx.Err() != nil {
@@ -496,13 +496,13 @@ func TestBatcherContextEndingMidway(t *testing.T) {
 	if n := len(f.sentCalls()); n > 6+2 {
 		t.Errorf("%d calls: calls started after the context ended", n)
 	}
-	for _, l := range [][]*lease.Message{a, b} {
+	for _, l := range [][]*outboxtype.Message{a, b} {
 		state := publish.Delivered
 		for _, m := range l {
 			r := byMsg[m]
 			switch {
 			case r.Kind == state:
-			case state == publish.Delivered && r.Kind == publish.Retryable && r.Code == publish.CodeCanceled:
+			case state == publish.Delivered && r.Kind == publish.Retryable && r.Code == outboxtype.CodeCanceled:
 				state = publish.Released
 			default:
 				t.Errorf("%s%d: %s after %s messages", m.OrderingKey, m.SequenceID, describe(r), state)
@@ -513,7 +513,7 @@ func TestBatcherContextEndingMidway(t *testing.T) {
 		}
 	}
 	for i, m := range u {
-		if r := byMsg[m]; r.Kind != publish.Delivered && (r.Kind != publish.Retryable || r.Code != publish.CodeCanceled) {
+		if r := byMsg[m]; r.Kind != publish.Delivered && (r.Kind != publish.Retryable || r.Code != outboxtype.CodeCanceled) {
 			t.Errorf("unordered %d: %s, want delivered or retryable CANCELED", i, describe(r))
 		}
 	}
@@ -524,16 +524,16 @@ func TestBatcherContextEndingMidway(t *testing.T) {
 // it, come back released.
 func TestBatcherCallCutOffByTheContext(t *testing.T) {
 	t.Parallel()
-	f := &fakeTarget{before: func(ctx context.Context, _ []*lease.Message) { <-ctx.Done() }}
-	f.answer = func(*lease.Message) publish.Result {
-		return publish.Retry(publish.CodeTimeout, context.DeadlineExceeded, 0)
+	f := &fakeTarget{before: func(ctx context.Context, _ []*outboxtype.Message) { <-ctx.Done() }}
+	f.answer = func(*outboxtype.Message) publish.Result {
+		return publish.Retry(outboxtype.CodeTimeout, context.DeadlineExceeded, 0)
 	}
 	a, u := keyMessages("a", 12), unordered(3)
 	msgs := concat(a, u)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	byMsg := resultsOf(t, msgs, batcher(f, 10, 4).Publish(ctx, msgs))
-	if r := byMsg[a[0]]; r.Kind != publish.Retryable || r.Code != publish.CodeTimeout || r.Latency < 40*time.Millisecond {
+	if r := byMsg[a[0]]; r.Kind != publish.Retryable || r.Code != outboxtype.CodeTimeout || r.Latency < 40*time.Millisecond {
 		t.Errorf("a1: %s, latency %s; want retryable TIMEOUT after the call's wait", describe(r), r.Latency)
 	}
 	for _, m := range a[1:] {
@@ -553,19 +553,19 @@ func TestBatcherCallCutOffByTheContext(t *testing.T) {
 func TestBatcherContainsPanics(t *testing.T) {
 	t.Parallel()
 	a, b, u := keyMessages("a", 3), keyMessages("b", 3), unordered(3)
-	f := &fakeTarget{before: func(_ context.Context, msgs []*lease.Message) {
+	f := &fakeTarget{before: func(_ context.Context, msgs []*outboxtype.Message) {
 		if slices.Contains(msgs, a[1]) {
 			panic("a bug")
 		}
 	}}
 	bt := batcher(f, 1, 4)
-	bt.Prepare = func(m *lease.Message) (*lease.Message, int, *publish.Result) {
+	bt.Prepare = func(m *outboxtype.Message) (*outboxtype.Message, int, *publish.Result) {
 		return m, len(m.Payload), nil // a nil message panics here
 	}
-	msgs := concat(a, b, u, []*lease.Message{nil})
+	msgs := concat(a, b, u, []*outboxtype.Message{nil})
 	results := bt.Publish(context.Background(), msgs)
 	byMsg := resultsOf(t, msgs, results)
-	want := map[*lease.Message]publish.Kind{a[0]: publish.Delivered, a[1]: publish.Retryable, a[2]: publish.Released}
+	want := map[*outboxtype.Message]publish.Kind{a[0]: publish.Delivered, a[1]: publish.Retryable, a[2]: publish.Released}
 	for _, m := range concat(b, u) {
 		want[m] = publish.Delivered
 	}
@@ -575,7 +575,7 @@ func TestBatcherContainsPanics(t *testing.T) {
 		}
 	}
 	for _, r := range []publish.Result{byMsg[a[1]], results[len(results)-1]} {
-		if r.Kind != publish.Retryable || r.Code != publish.CodeTarget5xx || !strings.Contains(fmt.Sprint(r.Err), "panic") {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeTarget5xx || !strings.Contains(fmt.Sprint(r.Err), "panic") {
 			t.Errorf("%s, want retryable TARGET_5XX naming the panic", describe(r))
 		}
 	}
@@ -585,7 +585,7 @@ func TestBatcherHoldsConcurrency(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name        string
-		msgs        []*lease.Message
+		msgs        []*outboxtype.Message
 		concurrency int
 		want        int
 	}{
@@ -595,7 +595,7 @@ func TestBatcherHoldsConcurrency(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := &fakeTarget{before: func(context.Context, []*lease.Message) { time.Sleep(10 * time.Millisecond) }}
+			f := &fakeTarget{before: func(context.Context, []*outboxtype.Message) { time.Sleep(10 * time.Millisecond) }}
 			for m, r := range resultsOf(t, tc.msgs, batcher(f, 1, tc.concurrency).Publish(context.Background(), tc.msgs)) {
 				if r.Kind != publish.Delivered {
 					t.Fatalf("message %s: %s", m.ID, describe(r))
@@ -613,8 +613,8 @@ func TestBatcherHoldsConcurrency(t *testing.T) {
 func TestBatcherLatencyIsPerCall(t *testing.T) {
 	t.Parallel()
 	msgs := unordered(6)
-	sleeps := map[*lease.Message]time.Duration{msgs[0]: 20 * time.Millisecond, msgs[2]: 150 * time.Millisecond, msgs[4]: 400 * time.Millisecond}
-	f := &fakeTarget{before: func(_ context.Context, call []*lease.Message) { time.Sleep(sleeps[call[0]]) }}
+	sleeps := map[*outboxtype.Message]time.Duration{msgs[0]: 20 * time.Millisecond, msgs[2]: 150 * time.Millisecond, msgs[4]: 400 * time.Millisecond}
+	f := &fakeTarget{before: func(_ context.Context, call []*outboxtype.Message) { time.Sleep(sleeps[call[0]]) }}
 	// Two entries a call: {0,1} {2,3} {4,5}, all three at once.
 	byMsg := resultsOf(t, msgs, batcher(f, 2, 3).Publish(context.Background(), msgs))
 	for i, m := range msgs {
@@ -644,13 +644,13 @@ func TestBatcherIsolatesABadEntryKeepingOrder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			a, u := keyMessages("a", 4), unordered(2)
-			names := map[*lease.Message]string{u[0]: "u1", u[1]: "u2"}
+			names := map[*outboxtype.Message]string{u[0]: "u1", u[1]: "u2"}
 			for i, m := range a {
 				names[m] = fmt.Sprintf("a%d", i+1)
 			}
 			f := &fakeTarget{
-				refuseWhole: func(m *lease.Message) bool { return m == a[1] },
-				before: func(_ context.Context, msgs []*lease.Message) {
+				refuseWhole: func(m *outboxtype.Message) bool { return m == a[1] },
+				before: func(_ context.Context, msgs []*outboxtype.Message) {
 					if len(msgs) > 1 {
 						time.Sleep(100 * time.Millisecond)
 					}
@@ -672,7 +672,7 @@ func TestBatcherIsolatesABadEntryKeepingOrder(t *testing.T) {
 			if !slices.Equal(calls, tc.calls) {
 				t.Errorf("calls\n%q\nwant\n%q", calls, tc.calls)
 			}
-			want := map[*lease.Message]publish.Kind{a[0]: publish.Delivered, a[1]: publish.Terminal, a[2]: publish.Released, a[3]: publish.Released}
+			want := map[*outboxtype.Message]publish.Kind{a[0]: publish.Delivered, a[1]: publish.Terminal, a[2]: publish.Released, a[3]: publish.Released}
 			for m, kind := range want {
 				if r := byMsg[m]; r.Kind != kind {
 					t.Errorf("%s: %s, want %s", names[m], describe(r), kind)
@@ -693,16 +693,16 @@ func TestBatcherIsolatesABadEntryKeepingOrder(t *testing.T) {
 func TestBatcherAnUnansweredEntryIsRetryable(t *testing.T) {
 	t.Parallel()
 	msgs := unordered(3)
-	b := publish.Batcher[*lease.Message]{
+	b := publish.Batcher[*outboxtype.Message]{
 		MaxEntries: 10, Concurrency: 1,
-		Prepare: func(m *lease.Message) (*lease.Message, int, *publish.Result) { return m, 1, nil },
-		Call: func(_ context.Context, _ []*lease.Message, _ []*lease.Message, results []publish.Result) bool {
+		Prepare: func(m *outboxtype.Message) (*outboxtype.Message, int, *publish.Result) { return m, 1, nil },
+		Call: func(_ context.Context, _ []*outboxtype.Message, _ []*outboxtype.Message, results []publish.Result) bool {
 			results[0], results[2] = publish.Ok("a"), publish.Ok("c")
 			return false
 		},
 	}
 	results := b.Publish(context.Background(), msgs)
-	if r := results[1]; r.Kind != publish.Retryable || r.Code != publish.CodeTarget5xx {
+	if r := results[1]; r.Kind != publish.Retryable || r.Code != outboxtype.CodeTarget5xx {
 		t.Errorf("unanswered: %s, want retryable TARGET_5XX", describe(r))
 	}
 	if results[0].Kind != publish.Delivered || results[2].Kind != publish.Delivered {
@@ -731,8 +731,8 @@ func TestBatcherKeepsTheContractUnderLoad(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(seed, 7))
-			var msgs []*lease.Message
-			var lanes [][]*lease.Message
+			var msgs []*outboxtype.Message
+			var lanes [][]*outboxtype.Message
 			for k := range 1 + rng.IntN(12) {
 				l := keyMessages(fmt.Sprint("key-", k), 1+rng.IntN(25))
 				lanes = append(lanes, l)
@@ -740,37 +740,37 @@ func TestBatcherKeepsTheContractUnderLoad(t *testing.T) {
 			}
 			msgs = append(msgs, unordered(rng.IntN(30))...)
 			rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
-			failing := map[*lease.Message]publish.Result{}
+			failing := map[*outboxtype.Message]publish.Result{}
 			for _, m := range msgs {
 				switch rng.IntN(40) {
 				case 0:
-					failing[m] = publish.Retry(publish.CodeThrottled, errors.New("slow down"), 0)
+					failing[m] = publish.Retry(outboxtype.CodeThrottled, errors.New("slow down"), 0)
 				case 1:
-					failing[m] = publish.Fail(publish.CodeTargetRejected, errors.New("no"))
+					failing[m] = publish.Fail(outboxtype.CodeTargetRejected, errors.New("no"))
 				}
 			}
-			delays := map[*lease.Message]time.Duration{}
+			delays := map[*outboxtype.Message]time.Duration{}
 			for _, m := range msgs {
 				delays[m] = time.Duration(rng.IntN(3000)) * time.Microsecond
 			}
 			f := &fakeTarget{
-				answer: func(m *lease.Message) publish.Result {
+				answer: func(m *outboxtype.Message) publish.Result {
 					if r, ok := failing[m]; ok {
 						return r
 					}
 					return publish.Ok("ref")
 				},
-				before: func(_ context.Context, call []*lease.Message) { time.Sleep(delays[call[0]]) },
+				before: func(_ context.Context, call []*outboxtype.Message) { time.Sleep(delays[call[0]]) },
 			}
 			maxEntries := []int{1, 3, 10}[rng.IntN(3)]
 			byMsg := resultsOf(t, msgs, batcher(f, maxEntries, 1+rng.IntN(6)).Publish(context.Background(), msgs))
 			f.checkNoOverlap(t)
 
-			callOf := map[*lease.Message]int{}
+			callOf := map[*outboxtype.Message]int{}
 			for i, c := range f.sentCalls() {
 				for j, m := range c {
 					// A lane's entries in one call: consecutive, in order.
-					if m.OrderingKey != "" && j > 0 && laneOf(c[j-1]) != laneOf(m) && slices.ContainsFunc(c[:j], func(e *lease.Message) bool { return laneOf(e) == laneOf(m) }) {
+					if m.OrderingKey != "" && j > 0 && laneOf(c[j-1]) != laneOf(m) && slices.ContainsFunc(c[:j], func(e *outboxtype.Message) bool { return laneOf(e) == laneOf(m) }) {
 						t.Errorf("call %d: %s's entries are not consecutive", i, m.OrderingKey)
 					}
 					if j > 0 && laneOf(c[j-1]) == laneOf(m) && c[j-1].SequenceID >= m.SequenceID {

@@ -18,7 +18,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/sink"
@@ -37,7 +37,7 @@ type delivery struct {
 	secret []byte
 }
 
-func newDelivery(t testing.TB, m *lease.Message) delivery {
+func newDelivery(t testing.TB, m *outboxtype.Message) delivery {
 	t.Helper()
 	body, err := publish.EncodeEnvelope(m)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/route"
 )
@@ -189,7 +190,7 @@ type timedStore struct {
 	intervals []time.Duration
 }
 
-func (s *timedStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]lease.Message, error) {
+func (s *timedStore) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]outboxtype.Message, error) {
 	msgs, err := s.inner.ClaimBatch(ctx, p)
 	if len(msgs) > 0 {
 		s.mu.Lock()
@@ -227,7 +228,7 @@ type timedPublisher struct {
 
 var _ publish.Publisher = (*timedPublisher)(nil)
 
-func (p *timedPublisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+func (p *timedPublisher) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	began := time.Now()
 	results := p.inner.Publish(ctx, msgs)
 	ended := time.Now()

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -16,7 +16,7 @@ type noopPublisher struct{}
 
 var _ publish.Publisher = noopPublisher{}
 
-func (noopPublisher) Publish(_ context.Context, msgs []*lease.Message) []publish.Result {
+func (noopPublisher) Publish(_ context.Context, msgs []*outboxtype.Message) []publish.Result {
 	return publish.Fill(len(msgs), publish.Ok(""))
 }
 
@@ -32,7 +32,7 @@ type latencyPublisher struct {
 
 var _ publish.Publisher = (*latencyPublisher)(nil)
 
-func (p *latencyPublisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+func (p *latencyPublisher) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	results := make([]publish.Result, len(msgs))
 	n := (len(msgs) + p.PerCall - 1) / p.PerCall
 	var next atomic.Int64

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/route"
 )
 
@@ -286,10 +287,10 @@ func EngineClaim(batchSize int) (lease.ClaimParams, error) {
 	}, nil
 }
 
-func dispatched(msgs []lease.Message) []lease.Result {
+func dispatched(msgs []outboxtype.Message) []lease.Result {
 	out := make([]lease.Result, len(msgs))
 	for i, m := range msgs {
-		out[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: lease.Dispatched, Target: "routes[0]"}
+		out[i] = lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeDispatched, Target: "routes[0]"}
 	}
 	return out
 }

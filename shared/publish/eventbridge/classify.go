@@ -45,6 +45,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 )
@@ -52,7 +53,7 @@ import (
 // outcome is a Result without its error.
 type outcome struct {
 	kind publish.Kind
-	code publish.Code
+	code outboxtype.Code
 }
 
 func (o outcome) result(err error) publish.Result {
@@ -60,17 +61,17 @@ func (o outcome) result(err error) publish.Result {
 }
 
 var (
-	throttled      = outcome{publish.Retryable, publish.CodeThrottled}
-	serverFault    = outcome{publish.Retryable, publish.CodeTarget5xx}
-	retryDenied    = outcome{publish.Retryable, publish.CodeAccessDenied}
-	denied         = outcome{publish.Terminal, publish.CodeAccessDenied}
-	busNotFound    = outcome{publish.Terminal, publish.CodeTargetNotFound}
-	invalid        = outcome{publish.Terminal, publish.CodeInvalidPayload}
-	tooLarge       = outcome{publish.Terminal, publish.CodePayloadTooLarge}
-	rejected       = outcome{publish.Terminal, publish.CodeTargetRejected}
-	retryNotFound  = outcome{publish.Retryable, publish.CodeTargetNotFound}
-	unknownFault   = outcome{publish.Retryable, publish.CodeTargetRejected}
-	noUsableAnswer = outcome{publish.Retryable, publish.CodeNetwork}
+	throttled      = outcome{publish.Retryable, outboxtype.CodeThrottled}
+	serverFault    = outcome{publish.Retryable, outboxtype.CodeTarget5xx}
+	retryDenied    = outcome{publish.Retryable, outboxtype.CodeAccessDenied}
+	denied         = outcome{publish.Terminal, outboxtype.CodeAccessDenied}
+	busNotFound    = outcome{publish.Terminal, outboxtype.CodeTargetNotFound}
+	invalid        = outcome{publish.Terminal, outboxtype.CodeInvalidPayload}
+	tooLarge       = outcome{publish.Terminal, outboxtype.CodePayloadTooLarge}
+	rejected       = outcome{publish.Terminal, outboxtype.CodeTargetRejected}
+	retryNotFound  = outcome{publish.Retryable, outboxtype.CodeTargetNotFound}
+	unknownFault   = outcome{publish.Retryable, outboxtype.CodeTargetRejected}
+	noUsableAnswer = outcome{publish.Retryable, outboxtype.CodeNetwork}
 )
 
 // errorCodes maps the AWS error codes EventBridge answers — whole-call error

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -74,65 +75,65 @@ func TestClassifyCall(t *testing.T) {
 		parent context.Context
 		err    error
 		kind   publish.Kind
-		code   publish.Code
+		code   outboxtype.Code
 	}{
 		// Modelled and common AWS error codes decide first.
-		{"ThrottlingException", live, answered(400, &types.ThrottlingException{}), publish.Retryable, publish.CodeThrottled},
-		{"LimitExceededException", live, answered(400, &types.LimitExceededException{}), publish.Retryable, publish.CodeThrottled},
-		{"throttling after the SDK's last attempt", live, operation(&retry.MaxAttemptsError{Attempt: 3, Err: response(400, generic("ThrottlingException"))}), publish.Retryable, publish.CodeThrottled},
-		{"InternalException", live, answered(500, &types.InternalException{}), publish.Retryable, publish.CodeTarget5xx},
-		{"InternalFailure", live, answered(500, generic("InternalFailure")), publish.Retryable, publish.CodeTarget5xx},
-		{"ServiceUnavailable", live, answered(503, generic("ServiceUnavailable")), publish.Retryable, publish.CodeTarget5xx},
-		{"AccessDeniedException", live, answered(400, &types.AccessDeniedException{}), publish.Terminal, publish.CodeAccessDenied},
-		{"UnrecognizedClientException", live, answered(400, generic("UnrecognizedClientException")), publish.Terminal, publish.CodeAccessDenied},
-		{"AuthFailure", live, answered(401, generic("AuthFailure")), publish.Terminal, publish.CodeAccessDenied},
-		{"MissingAuthenticationTokenException", live, answered(403, generic("MissingAuthenticationTokenException")), publish.Terminal, publish.CodeAccessDenied},
-		{"InvalidSignatureException", live, answered(403, generic("InvalidSignatureException")), publish.Terminal, publish.CodeAccessDenied},
-		{"ExpiredTokenException", live, answered(400, generic("ExpiredTokenException")), publish.Retryable, publish.CodeAccessDenied},
-		{"ResourceNotFoundException", live, answered(400, &types.ResourceNotFoundException{}), publish.Terminal, publish.CodeTargetNotFound},
-		{"ValidationException", live, answered(400, generic("ValidationException")), publish.Terminal, publish.CodeInvalidPayload},
-		{"SerializationException", live, answered(400, generic("SerializationException")), publish.Terminal, publish.CodeInvalidPayload},
+		{"ThrottlingException", live, answered(400, &types.ThrottlingException{}), publish.Retryable, outboxtype.CodeThrottled},
+		{"LimitExceededException", live, answered(400, &types.LimitExceededException{}), publish.Retryable, outboxtype.CodeThrottled},
+		{"throttling after the SDK's last attempt", live, operation(&retry.MaxAttemptsError{Attempt: 3, Err: response(400, generic("ThrottlingException"))}), publish.Retryable, outboxtype.CodeThrottled},
+		{"InternalException", live, answered(500, &types.InternalException{}), publish.Retryable, outboxtype.CodeTarget5xx},
+		{"InternalFailure", live, answered(500, generic("InternalFailure")), publish.Retryable, outboxtype.CodeTarget5xx},
+		{"ServiceUnavailable", live, answered(503, generic("ServiceUnavailable")), publish.Retryable, outboxtype.CodeTarget5xx},
+		{"AccessDeniedException", live, answered(400, &types.AccessDeniedException{}), publish.Terminal, outboxtype.CodeAccessDenied},
+		{"UnrecognizedClientException", live, answered(400, generic("UnrecognizedClientException")), publish.Terminal, outboxtype.CodeAccessDenied},
+		{"AuthFailure", live, answered(401, generic("AuthFailure")), publish.Terminal, outboxtype.CodeAccessDenied},
+		{"MissingAuthenticationTokenException", live, answered(403, generic("MissingAuthenticationTokenException")), publish.Terminal, outboxtype.CodeAccessDenied},
+		{"InvalidSignatureException", live, answered(403, generic("InvalidSignatureException")), publish.Terminal, outboxtype.CodeAccessDenied},
+		{"ExpiredTokenException", live, answered(400, generic("ExpiredTokenException")), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"ResourceNotFoundException", live, answered(400, &types.ResourceNotFoundException{}), publish.Terminal, outboxtype.CodeTargetNotFound},
+		{"ValidationException", live, answered(400, generic("ValidationException")), publish.Terminal, outboxtype.CodeInvalidPayload},
+		{"SerializationException", live, answered(400, generic("SerializationException")), publish.Terminal, outboxtype.CodeInvalidPayload},
 		// A definite answer stands even when the invocation ended meanwhile.
-		{"access denied as the invocation ends", ended, answered(400, &types.AccessDeniedException{}), publish.Terminal, publish.CodeAccessDenied},
+		{"access denied as the invocation ends", ended, answered(400, &types.AccessDeniedException{}), publish.Terminal, outboxtype.CodeAccessDenied},
 
 		// Then the context.
-		{"the call's timeout", live, operation(&smithy.CanceledError{Err: context.DeadlineExceeded}), publish.Retryable, publish.CodeTimeout},
-		{"the call's timeout reading the answer", live, answered(0, &smithyhttp.RequestSendError{Err: fmt.Errorf("read: %w", context.DeadlineExceeded)}), publish.Retryable, publish.CodeTimeout},
-		{"the invocation's end", ended, operation(&smithy.CanceledError{Err: context.Canceled}), publish.Retryable, publish.CodeCanceled},
-		{"the invocation's end during SDK back-off", ended, operation(&aws.RequestCanceledError{Err: context.Canceled}), publish.Retryable, publish.CodeCanceled},
+		{"the call's timeout", live, operation(&smithy.CanceledError{Err: context.DeadlineExceeded}), publish.Retryable, outboxtype.CodeTimeout},
+		{"the call's timeout reading the answer", live, answered(0, &smithyhttp.RequestSendError{Err: fmt.Errorf("read: %w", context.DeadlineExceeded)}), publish.Retryable, outboxtype.CodeTimeout},
+		{"the invocation's end", ended, operation(&smithy.CanceledError{Err: context.Canceled}), publish.Retryable, outboxtype.CodeCanceled},
+		{"the invocation's end during SDK back-off", ended, operation(&aws.RequestCanceledError{Err: context.Canceled}), publish.Retryable, outboxtype.CodeCanceled},
 
 		// Then the HTTP status, for codes the table does not know.
-		{"429 without a code", live, answered(429, generic("UnknownError")), publish.Retryable, publish.CodeThrottled},
-		{"502 with an HTML body", live, answered(502, nil), publish.Retryable, publish.CodeTarget5xx},
-		{"500 with an unknown code", live, answered(500, generic("SomethingBroke")), publish.Retryable, publish.CodeTarget5xx},
-		{"413", live, answered(413, nil), publish.Terminal, publish.CodePayloadTooLarge},
-		{"403 with an unknown code", live, answered(403, generic("Forbidden")), publish.Retryable, publish.CodeAccessDenied},
-		{"401", live, answered(401, nil), publish.Retryable, publish.CodeAccessDenied},
-		{"404", live, answered(404, nil), publish.Retryable, publish.CodeTargetNotFound},
-		{"400 with an unknown code", live, answered(400, generic("BrandNewException")), publish.Retryable, publish.CodeTargetRejected},
-		{"200 with an unreadable body", live, answered(200, nil), publish.Retryable, publish.CodeTarget5xx},
+		{"429 without a code", live, answered(429, generic("UnknownError")), publish.Retryable, outboxtype.CodeThrottled},
+		{"502 with an HTML body", live, answered(502, nil), publish.Retryable, outboxtype.CodeTarget5xx},
+		{"500 with an unknown code", live, answered(500, generic("SomethingBroke")), publish.Retryable, outboxtype.CodeTarget5xx},
+		{"413", live, answered(413, nil), publish.Terminal, outboxtype.CodePayloadTooLarge},
+		{"403 with an unknown code", live, answered(403, generic("Forbidden")), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"401", live, answered(401, nil), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"404", live, answered(404, nil), publish.Retryable, outboxtype.CodeTargetNotFound},
+		{"400 with an unknown code", live, answered(400, generic("BrandNewException")), publish.Retryable, outboxtype.CodeTargetRejected},
+		{"200 with an unreadable body", live, answered(200, nil), publish.Retryable, outboxtype.CodeTarget5xx},
 
 		// No credentials, first: whatever the credential source said,
 		// nothing was sent.
-		{"legacy signer without credentials", live, operation(&v4.SigningError{Err: errors.New("failed to retrieve credentials")}), publish.Retryable, publish.CodeAccessDenied},
-		{"instance metadata without a role", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), publish.Retryable, publish.CodeAccessDenied},
-		{"instance metadata refusing", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(403))), publish.Retryable, publish.CodeAccessDenied},
+		{"legacy signer without credentials", live, operation(&v4.SigningError{Err: errors.New("failed to retrieve credentials")}), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"instance metadata without a role", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"instance metadata refusing", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(403))), publish.Retryable, outboxtype.CodeAccessDenied},
 		{"instance metadata unreachable", live, noCredentials(&smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata",
-			Err: &smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}}), publish.Retryable, publish.CodeAccessDenied},
+			Err: &smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}}), publish.Retryable, outboxtype.CodeAccessDenied},
 		{"STS refusing the role", live, noCredentials(&smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRole",
-			Err: response(403, generic("AccessDenied"))}), publish.Retryable, publish.CodeAccessDenied},
-		{"container endpoint's own error", live, noCredentials(generic("ResourceNotFoundException")), publish.Retryable, publish.CodeAccessDenied},
-		{"container endpoint unreachable", live, noCredentials(&smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, publish.CodeAccessDenied},
-		{"empty static keys", live, noCredentials(&credentials.StaticCredentialsEmptyError{}), publish.Retryable, publish.CodeAccessDenied},
-		{"no credentials as the invocation ends", ended, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), publish.Retryable, publish.CodeCanceled},
-		{"a provider's own error", live, noCredentials(errors.New("vault unreachable")), publish.Retryable, publish.CodeNetwork},
+			Err: response(403, generic("AccessDenied"))}), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"container endpoint's own error", live, noCredentials(generic("ResourceNotFoundException")), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"container endpoint unreachable", live, noCredentials(&smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"empty static keys", live, noCredentials(&credentials.StaticCredentialsEmptyError{}), publish.Retryable, outboxtype.CodeAccessDenied},
+		{"no credentials as the invocation ends", ended, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), publish.Retryable, outboxtype.CodeCanceled},
+		{"a provider's own error", live, noCredentials(errors.New("vault unreachable")), publish.Retryable, outboxtype.CodeNetwork},
 
 		// Then errors with no answer at all.
-		{"input refused by the SDK", live, operation(smithy.InvalidParamsError{Context: "PutEventsInput"}), publish.Terminal, publish.CodeInvalidPayload},
-		{"request not serialisable", live, operation(&smithy.SerializationError{Err: errors.New("x")}), publish.Terminal, publish.CodeInvalidPayload},
-		{"connection refused", live, answered(0, &smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, publish.CodeNetwork},
-		{"connection reset", live, answered(0, &smithyhttp.RequestSendError{Err: syscall.ECONNRESET}), publish.Retryable, publish.CodeNetwork},
-		{"unknown", live, errors.New("something nobody expected"), publish.Retryable, publish.CodeNetwork},
+		{"input refused by the SDK", live, operation(smithy.InvalidParamsError{Context: "PutEventsInput"}), publish.Terminal, outboxtype.CodeInvalidPayload},
+		{"request not serialisable", live, operation(&smithy.SerializationError{Err: errors.New("x")}), publish.Terminal, outboxtype.CodeInvalidPayload},
+		{"connection refused", live, answered(0, &smithyhttp.RequestSendError{Err: syscall.ECONNREFUSED}), publish.Retryable, outboxtype.CodeNetwork},
+		{"connection reset", live, answered(0, &smithyhttp.RequestSendError{Err: syscall.ECONNRESET}), publish.Retryable, outboxtype.CodeNetwork},
+		{"unknown", live, errors.New("something nobody expected"), publish.Retryable, outboxtype.CodeNetwork},
 	}
 	for _, c := range cases {
 		r := classifyCall(c.parent, c.err)
@@ -150,29 +151,29 @@ func TestClassifyEntry(t *testing.T) {
 	cases := []struct {
 		code string
 		kind publish.Kind
-		want publish.Code
+		want outboxtype.Code
 	}{
 		// EventBridge's documented retryable per-entry codes.
-		{"InternalFailure", publish.Retryable, publish.CodeTarget5xx},
-		{"ThrottlingException", publish.Retryable, publish.CodeThrottled},
+		{"InternalFailure", publish.Retryable, outboxtype.CodeTarget5xx},
+		{"ThrottlingException", publish.Retryable, outboxtype.CodeThrottled},
 		// Its documented non-retryable ones.
-		{"AccessDeniedException", publish.Terminal, publish.CodeAccessDenied},
-		{"InvalidAccountIdException", publish.Terminal, publish.CodeTargetNotFound},
-		{"InvalidArgument", publish.Terminal, publish.CodeInvalidPayload},
-		{"MalformedDetail", publish.Terminal, publish.CodeInvalidPayload},
-		{"RedactionFailure", publish.Terminal, publish.CodeTargetRejected},
-		{"NotAuthorizedForSourceException", publish.Terminal, publish.CodeAccessDenied},
-		{"NotAuthorizedForDetailTypeException", publish.Terminal, publish.CodeAccessDenied},
-		{"UnrecognizedClientException", publish.Terminal, publish.CodeAccessDenied},
-		{"AuthFailure", publish.Terminal, publish.CodeAccessDenied},
-		{"ExpiredTokenException", publish.Retryable, publish.CodeAccessDenied},
+		{"AccessDeniedException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{"InvalidAccountIdException", publish.Terminal, outboxtype.CodeTargetNotFound},
+		{"InvalidArgument", publish.Terminal, outboxtype.CodeInvalidPayload},
+		{"MalformedDetail", publish.Terminal, outboxtype.CodeInvalidPayload},
+		{"RedactionFailure", publish.Terminal, outboxtype.CodeTargetRejected},
+		{"NotAuthorizedForSourceException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{"NotAuthorizedForDetailTypeException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{"UnrecognizedClientException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{"AuthFailure", publish.Terminal, outboxtype.CodeAccessDenied},
+		{"ExpiredTokenException", publish.Retryable, outboxtype.CodeAccessDenied},
 		// KMS on an encrypted bus, and the bus itself.
-		{"KMSAccessDeniedException", publish.Terminal, publish.CodeAccessDenied},
-		{"KMSDisabledException", publish.Terminal, publish.CodeAccessDenied},
-		{"KMSThrottlingException", publish.Retryable, publish.CodeThrottled},
-		{"ResourceNotFoundException", publish.Terminal, publish.CodeTargetNotFound},
+		{"KMSAccessDeniedException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{"KMSDisabledException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{"KMSThrottlingException", publish.Retryable, outboxtype.CodeThrottled},
+		{"ResourceNotFoundException", publish.Terminal, outboxtype.CodeTargetNotFound},
 		// Anything else is terminal, as EventBridge documents.
-		{"SomeFutureCode", publish.Terminal, publish.CodeTargetRejected},
+		{"SomeFutureCode", publish.Terminal, outboxtype.CodeTargetRejected},
 	}
 	for _, c := range cases {
 		r := classifyEntry(c.code, "the message")
@@ -189,15 +190,15 @@ func TestEntryResult(t *testing.T) {
 		name  string
 		entry types.PutEventsResultEntry
 		kind  publish.Kind
-		code  publish.Code
+		code  outboxtype.Code
 		ref   string
 	}{
 		{"an EventId", types.PutEventsResultEntry{EventId: aws.String("e-1")}, publish.Delivered, "", "e-1"},
-		{"an ErrorCode", types.PutEventsResultEntry{ErrorCode: aws.String("MalformedDetail")}, publish.Terminal, publish.CodeInvalidPayload, ""},
+		{"an ErrorCode", types.PutEventsResultEntry{ErrorCode: aws.String("MalformedDetail")}, publish.Terminal, outboxtype.CodeInvalidPayload, ""},
 		// A refusal must never be recorded as a delivery, even beside an id.
-		{"both", types.PutEventsResultEntry{EventId: aws.String("e-1"), ErrorCode: aws.String("InternalFailure")}, publish.Retryable, publish.CodeTarget5xx, ""},
-		{"neither", types.PutEventsResultEntry{}, publish.Retryable, publish.CodeTarget5xx, ""},
-		{"empty strings", types.PutEventsResultEntry{EventId: aws.String(""), ErrorCode: aws.String("")}, publish.Retryable, publish.CodeTarget5xx, ""},
+		{"both", types.PutEventsResultEntry{EventId: aws.String("e-1"), ErrorCode: aws.String("InternalFailure")}, publish.Retryable, outboxtype.CodeTarget5xx, ""},
+		{"neither", types.PutEventsResultEntry{}, publish.Retryable, outboxtype.CodeTarget5xx, ""},
+		{"empty strings", types.PutEventsResultEntry{EventId: aws.String(""), ErrorCode: aws.String("")}, publish.Retryable, outboxtype.CodeTarget5xx, ""},
 	}
 	for _, c := range cases {
 		r := entryResult(c.entry)

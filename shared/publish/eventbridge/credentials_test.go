@@ -15,7 +15,7 @@ import (
 	awseb "github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
@@ -76,14 +76,14 @@ func TestNoCredentialsIsAccessDenied(t *testing.T) {
 	}
 }
 
-func checkDenied(t *testing.T, msgs []*lease.Message, results []publish.Result, kind publish.Kind) {
+func checkDenied(t *testing.T, msgs []*outboxtype.Message, results []publish.Result, kind publish.Kind) {
 	t.Helper()
 	if len(results) != len(msgs) {
 		t.Fatalf("%d results for %d messages", len(results), len(msgs))
 	}
 	for i, r := range results {
-		if r.Kind != kind || r.Code != publish.CodeAccessDenied || r.Err == nil {
-			t.Errorf("message %d: %s %s (%v), want %s %s", i, r.Kind, r.Code, r.Err, kind, publish.CodeAccessDenied)
+		if r.Kind != kind || r.Code != outboxtype.CodeAccessDenied || r.Err == nil {
+			t.Errorf("message %d: %s %s (%v), want %s %s", i, r.Kind, r.Code, r.Err, kind, outboxtype.CodeAccessDenied)
 		}
 	}
 }
@@ -217,8 +217,8 @@ func TestCredentialErrorsAreAccessDenied(t *testing.T) {
 			msgs := publishtest.Messages(3, 64)
 			b.fake.FailMessage(msgs[1].ID, code, "injected")
 			r := b.publisher.Publish(context.Background(), msgs)[1]
-			if r.Code != publish.CodeAccessDenied || r.Err == nil {
-				t.Errorf("%s %s (%v), want %s", r.Kind, r.Code, r.Err, publish.CodeAccessDenied)
+			if r.Code != outboxtype.CodeAccessDenied || r.Err == nil {
+				t.Errorf("%s %s (%v), want %s", r.Kind, r.Code, r.Err, outboxtype.CodeAccessDenied)
 			}
 		})
 	}
@@ -242,8 +242,8 @@ func TestMissingBusIsTargetNotFound(t *testing.T) {
 			b.fake.FailCalls(1, a.status, a.code)
 			msgs := publishtest.Messages(3, 64)
 			for i, r := range b.publisher.Publish(context.Background(), msgs) {
-				if r.Kind != a.kind || r.Code != publish.CodeTargetNotFound || r.Err == nil {
-					t.Errorf("message %d: %s %s (%v), want %s %s", i, r.Kind, r.Code, r.Err, a.kind, publish.CodeTargetNotFound)
+				if r.Kind != a.kind || r.Code != outboxtype.CodeTargetNotFound || r.Err == nil {
+					t.Errorf("message %d: %s %s (%v), want %s %s", i, r.Kind, r.Code, r.Err, a.kind, outboxtype.CodeTargetNotFound)
 				}
 			}
 		})

@@ -8,8 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
-
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // timeBytes is what an entry's Time counts toward its size, whatever the
@@ -86,7 +85,7 @@ func (b *entryBuilder) render(t *template, ns, tp string) (*string, error) {
 
 // entry builds m's PutEvents entry and its size, or says why m cannot be
 // sent (an error wrapping one of the package's sentinels).
-func (b *entryBuilder) entry(m *lease.Message) (types.PutEventsRequestEntry, int, error) {
+func (b *entryBuilder) entry(m *outboxtype.Message) (types.PutEventsRequestEntry, int, error) {
 	if m == nil {
 		return types.PutEventsRequestEntry{}, 0, fmt.Errorf("%w: a nil message", ErrDetailNotObject)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -162,14 +162,14 @@ func New(client API, cfg Config) (*Publisher, error) {
 // sequence order (see publish.Publisher). When ctx ends, messages whose call
 // has not been answered come back retryable (TIMEOUT or CANCELED), or
 // released behind their key's first.
-func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+func (p *Publisher) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	// The builder's slabs are sized for this Publish's messages.
 	builder := p.newEntryBuilder(len(msgs))
 	return publish.Batcher[types.PutEventsRequestEntry]{
 		MaxEntries:  MaxEntriesPerCall,
 		MaxBytes:    p.maxEntryBytes,
 		Concurrency: p.concurrency,
-		Prepare: func(m *lease.Message) (types.PutEventsRequestEntry, int, *publish.Result) {
+		Prepare: func(m *outboxtype.Message) (types.PutEventsRequestEntry, int, *publish.Result) {
 			entry, size, err := builder.entry(m)
 			if err != nil {
 				r := refusal(err)
@@ -188,18 +188,18 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publis
 // putEvents makes one PutEvents call of entries and answers each. A call
 // refused as a whole as invalid is so every time; it asks the Batcher to
 // find the entry at fault.
-func (p *Publisher) putEvents(ctx context.Context, _ []*lease.Message, entries []types.PutEventsRequestEntry, results []publish.Result) (isolate bool) {
+func (p *Publisher) putEvents(ctx context.Context, _ []*outboxtype.Message, entries []types.PutEventsRequestEntry, results []publish.Result) (isolate bool) {
 	callCtx, cancel := context.WithTimeout(ctx, p.timeout)
 	resp, err := p.client.PutEvents(callCtx, &eventbridge.PutEventsInput{Entries: entries})
 	cancel()
 	if err != nil {
 		r := classifyCall(ctx, fmt.Errorf("eventbridge: PutEvents of %d entries to bus %q: %w", len(entries), *p.bus, err))
 		fill(results, r)
-		return r.Kind == publish.Terminal && (r.Code == publish.CodeInvalidPayload || r.Code == publish.CodePayloadTooLarge)
+		return r.Kind == publish.Terminal && (r.Code == outboxtype.CodeInvalidPayload || r.Code == outboxtype.CodePayloadTooLarge)
 	}
 	for j := range results {
 		if j >= len(resp.Entries) {
-			results[j] = publish.Retry(publish.CodeTarget5xx, fmt.Errorf(
+			results[j] = publish.Retry(outboxtype.CodeTarget5xx, fmt.Errorf(
 				"%w: EventBridge answered %d result entries for %d sent; entry %d may or may not have been accepted",
 				ErrMissingResult, len(resp.Entries), len(entries), j), 0)
 			continue
@@ -221,7 +221,7 @@ func entryResult(e types.PutEventsResultEntry) publish.Result {
 	case id != "":
 		return publish.Ok(id)
 	}
-	return publish.Retry(publish.CodeTarget5xx, fmt.Errorf("%w: a result entry with neither an EventId nor an ErrorCode", ErrMissingResult), 0)
+	return publish.Retry(outboxtype.CodeTarget5xx, fmt.Errorf("%w: a result entry with neither an EventId nor an ErrorCode", ErrMissingResult), 0)
 }
 
 func fill(out []publish.Result, r publish.Result) {

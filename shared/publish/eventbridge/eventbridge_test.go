@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
@@ -106,11 +106,11 @@ func TestPartialFailureMapsExactlyTheFailedEntries(t *testing.T) {
 	for i, r := range results {
 		switch i {
 		case 3:
-			if r.Kind != publish.Retryable || r.Code != publish.CodeTarget5xx || entryCode(r.Err) != "InternalFailure" {
+			if r.Kind != publish.Retryable || r.Code != outboxtype.CodeTarget5xx || entryCode(r.Err) != "InternalFailure" {
 				t.Errorf("message 3: %s %s %v, want retryable TARGET_5XX from InternalFailure", r.Kind, r.Code, r.Err)
 			}
 		case 7:
-			if r.Kind != publish.Terminal || r.Code != publish.CodeInvalidPayload || entryCode(r.Err) != "MalformedDetail" {
+			if r.Kind != publish.Terminal || r.Code != outboxtype.CodeInvalidPayload || entryCode(r.Err) != "MalformedDetail" {
 				t.Errorf("message 7: %s %s %v, want terminal INVALID_PAYLOAD from MalformedDetail", r.Kind, r.Code, r.Err)
 			}
 			if !strings.Contains(r.Err.Error(), "Detail is malformed.") {
@@ -134,22 +134,22 @@ func TestWholeCallErrorsApplyToEveryEntry(t *testing.T) {
 		status    int
 		errorType string
 		kind      publish.Kind
-		code      publish.Code
+		code      outboxtype.Code
 	}{
-		{400, "ThrottlingException", publish.Retryable, publish.CodeThrottled},
-		{400, "LimitExceededException", publish.Retryable, publish.CodeThrottled},
-		{429, "", publish.Retryable, publish.CodeThrottled},
-		{500, "InternalException", publish.Retryable, publish.CodeTarget5xx},
-		{500, "com.amazonaws.eventbridge#InternalException", publish.Retryable, publish.CodeTarget5xx},
-		{503, "", publish.Retryable, publish.CodeTarget5xx},
-		{503, "ServiceUnavailable", publish.Retryable, publish.CodeTarget5xx},
-		{400, "AccessDeniedException", publish.Terminal, publish.CodeAccessDenied},
-		{400, "UnrecognizedClientException", publish.Terminal, publish.CodeAccessDenied},
-		{403, "InvalidSignatureException", publish.Terminal, publish.CodeAccessDenied},
-		{403, "ExpiredTokenException", publish.Retryable, publish.CodeAccessDenied},
-		{400, "ResourceNotFoundException", publish.Terminal, publish.CodeTargetNotFound},
-		{400, "BrandNewException", publish.Retryable, publish.CodeTargetRejected},
-		{404, "", publish.Retryable, publish.CodeTargetNotFound},
+		{400, "ThrottlingException", publish.Retryable, outboxtype.CodeThrottled},
+		{400, "LimitExceededException", publish.Retryable, outboxtype.CodeThrottled},
+		{429, "", publish.Retryable, outboxtype.CodeThrottled},
+		{500, "InternalException", publish.Retryable, outboxtype.CodeTarget5xx},
+		{500, "com.amazonaws.eventbridge#InternalException", publish.Retryable, outboxtype.CodeTarget5xx},
+		{503, "", publish.Retryable, outboxtype.CodeTarget5xx},
+		{503, "ServiceUnavailable", publish.Retryable, outboxtype.CodeTarget5xx},
+		{400, "AccessDeniedException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{400, "UnrecognizedClientException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{403, "InvalidSignatureException", publish.Terminal, outboxtype.CodeAccessDenied},
+		{403, "ExpiredTokenException", publish.Retryable, outboxtype.CodeAccessDenied},
+		{400, "ResourceNotFoundException", publish.Terminal, outboxtype.CodeTargetNotFound},
+		{400, "BrandNewException", publish.Retryable, outboxtype.CodeTargetRejected},
+		{404, "", publish.Retryable, outboxtype.CodeTargetNotFound},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%d %s", c.status, c.errorType), func(t *testing.T) {
@@ -201,7 +201,7 @@ func TestValidationExceptionIsolatesTheEntryAtFault(t *testing.T) {
 		// cannot pass at all.
 		b := setup(t, eventbridge.Config{MaxEntryBytes: 4000})
 		b.fake.SetMaxRequestBytes(1000)
-		msgs := []*lease.Message{
+		msgs := []*outboxtype.Message{
 			publishtest.Message(0, 600-conformanceOverhead),
 			publishtest.Message(1, 600-conformanceOverhead),
 			publishtest.Message(2, 1500-conformanceOverhead),
@@ -211,7 +211,7 @@ func TestValidationExceptionIsolatesTheEntryAtFault(t *testing.T) {
 		for i, r := range results {
 			if i == 2 {
 				var apiErr interface{ ErrorCode() string }
-				if r.Kind != publish.Terminal || r.Code != publish.CodeInvalidPayload || !errors.As(r.Err, &apiErr) || apiErr.ErrorCode() != "ValidationException" {
+				if r.Kind != publish.Terminal || r.Code != outboxtype.CodeInvalidPayload || !errors.As(r.Err, &apiErr) || apiErr.ErrorCode() != "ValidationException" {
 					t.Errorf("the oversize message: %s %s %v, want terminal INVALID_PAYLOAD from ValidationException", r.Kind, r.Code, r.Err)
 				}
 				continue
@@ -239,7 +239,7 @@ func TestShortAnswerLeavesTheMissingEntriesRetryable(t *testing.T) {
 			}
 			continue
 		}
-		if r.Kind != publish.Retryable || r.Code != publish.CodeTarget5xx || !errors.Is(r.Err, eventbridge.ErrMissingResult) {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeTarget5xx || !errors.Is(r.Err, eventbridge.ErrMissingResult) {
 			t.Errorf("message %d: %s %s %v, want retryable TARGET_5XX for a missing result", i, r.Kind, r.Code, r.Err)
 		}
 	}
@@ -258,7 +258,7 @@ func TestCallTimeout(t *testing.T) {
 		t.Errorf("Publish took %s with a %s call timeout", took, timeout)
 	}
 	for i, r := range results {
-		if r.Kind != publish.Retryable || r.Code != publish.CodeTimeout || !errors.Is(r.Err, context.DeadlineExceeded) {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeTimeout || !errors.Is(r.Err, context.DeadlineExceeded) {
 			t.Errorf("message %d: %s %s %v, want retryable TIMEOUT", i, r.Kind, r.Code, r.Err)
 		}
 	}
@@ -274,7 +274,7 @@ func TestInvocationEndingFirstIsCanceled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	for i, r := range b.publisher.Publish(ctx, publishtest.Messages(5, 64)) {
-		if r.Kind != publish.Retryable || r.Code != publish.CodeCanceled {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeCanceled {
 			t.Errorf("message %d: %s %s %v, want retryable CANCELED", i, r.Kind, r.Code, r.Err)
 		}
 	}
@@ -295,7 +295,7 @@ func TestNetworkFailureIsRetryable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range p.Publish(context.Background(), publishtest.Messages(3, 64)) {
-		if r.Kind != publish.Retryable || r.Code != publish.CodeNetwork {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeNetwork {
 			t.Errorf("message %d: %s %s %v, want retryable NETWORK", i, r.Kind, r.Code, r.Err)
 		}
 	}
@@ -342,7 +342,7 @@ func TestCorrectWhateverTheSDKRetryerDoes(t *testing.T) {
 		b := newPublisher(t)
 		b.fake.FailCalls(3, 400, "ThrottlingException")
 		for i, r := range b.publisher.Publish(context.Background(), publishtest.Messages(4, 64)) {
-			if r.Kind != publish.Retryable || r.Code != publish.CodeThrottled {
+			if r.Kind != publish.Retryable || r.Code != outboxtype.CodeThrottled {
 				t.Errorf("message %d: %s %s %v, want retryable THROTTLED", i, r.Kind, r.Code, r.Err)
 			}
 		}
@@ -359,7 +359,7 @@ func TestEntrySizeFormulaAndCap(t *testing.T) {
 		t.Parallel()
 		b := setup(t, eventbridge.Config{MaxEntryBytes: limit})
 		b.fake.SetMaxRequestBytes(limit) // the fake's own formula must agree
-		msgs := []*lease.Message{
+		msgs := []*outboxtype.Message{
 			publishtest.Message(0, limit-conformanceOverhead),
 			publishtest.Message(1, limit-conformanceOverhead+1),
 		}
@@ -367,7 +367,7 @@ func TestEntrySizeFormulaAndCap(t *testing.T) {
 		if r := results[0]; r.Kind != publish.Delivered {
 			t.Errorf("entry at the cap: %s %s %v, want delivered", r.Kind, r.Code, r.Err)
 		}
-		if r := results[1]; r.Kind != publish.Terminal || r.Code != publish.CodePayloadTooLarge || !errors.Is(r.Err, eventbridge.ErrEntryTooLarge) {
+		if r := results[1]; r.Kind != publish.Terminal || r.Code != outboxtype.CodePayloadTooLarge || !errors.Is(r.Err, eventbridge.ErrEntryTooLarge) {
 			t.Errorf("entry a byte over: %s %s %v, want terminal PAYLOAD_TOO_LARGE", r.Kind, r.Code, r.Err)
 		}
 		if n := b.fake.Requests(); n != 1 {
@@ -384,7 +384,7 @@ func TestEntrySizeFormulaAndCap(t *testing.T) {
 		withoutTime := utf8Payload(limit - source - len("suite"))
 		withoutTime.CreatedAt = time.Time{}
 		over := utf8Payload(limit - source - len("suite") - 14 + 1)
-		results := b.publisher.Publish(context.Background(), []*lease.Message{withTime, withoutTime, over})
+		results := b.publisher.Publish(context.Background(), []*outboxtype.Message{withTime, withoutTime, over})
 		for i, want := range []publish.Kind{publish.Delivered, publish.Delivered, publish.Terminal} {
 			if results[i].Kind != want {
 				t.Errorf("message %d: %s %s %v, want %s", i, results[i].Kind, results[i].Code, results[i].Err, want)
@@ -431,7 +431,7 @@ func TestEntrySizeFormulaAndCap(t *testing.T) {
 
 // utf8Payload is a publishtest message whose payload is exactly n bytes,
 // padded with two-byte characters where it can be.
-func utf8Payload(n int) *lease.Message {
+func utf8Payload(n int) *outboxtype.Message {
 	m := publishtest.Message(0, 0)
 	head := fmt.Sprintf(`{"msg_id":%q,"pad":"`, m.ID)
 	pad := n - len(head) - len(`"}`)
@@ -481,35 +481,35 @@ func TestEntryFields(t *testing.T) {
 func TestRefusedBeforeAnyCall(t *testing.T) {
 	t.Parallel()
 	b := setup(t, eventbridge.Config{Source: "{namespace}"})
-	message := func(mutate func(*lease.Message)) *lease.Message {
+	message := func(mutate func(*outboxtype.Message)) *outboxtype.Message {
 		m := publishtest.Message(0, 64)
 		mutate(m)
 		return m
 	}
 	cases := []struct {
 		name     string
-		msg      *lease.Message
+		msg      *outboxtype.Message
 		sentinel error
 		mention  string
 	}{
-		{"array payload", message(func(m *lease.Message) { m.Payload = json.RawMessage(` [{"a":1}]`) }), eventbridge.ErrDetailNotObject, "JSON array"},
-		{"string payload", message(func(m *lease.Message) { m.Payload = json.RawMessage(`"text"`) }), eventbridge.ErrDetailNotObject, "JSON object"},
-		{"empty payload", message(func(m *lease.Message) { m.Payload = nil }), eventbridge.ErrDetailNotObject, "empty"},
+		{"array payload", message(func(m *outboxtype.Message) { m.Payload = json.RawMessage(` [{"a":1}]`) }), eventbridge.ErrDetailNotObject, "JSON array"},
+		{"string payload", message(func(m *outboxtype.Message) { m.Payload = json.RawMessage(`"text"`) }), eventbridge.ErrDetailNotObject, "JSON object"},
+		{"empty payload", message(func(m *outboxtype.Message) { m.Payload = nil }), eventbridge.ErrDetailNotObject, "empty"},
 		{"nil message", nil, eventbridge.ErrDetailNotObject, "nil message"},
-		{"Source too long", message(func(m *lease.Message) { m.Namespace = strings.Repeat("n", 257) }), eventbridge.ErrInvalidSource, "257 characters"},
-		{"Source in aws.", message(func(m *lease.Message) { m.Namespace = "aws.ec2" }), eventbridge.ErrInvalidSource, "aws."},
-		{"empty Source", message(func(m *lease.Message) { m.Namespace = "" }), eventbridge.ErrInvalidSource, "Source is empty"},
-		{"DetailType too long", message(func(m *lease.Message) { m.Topic = strings.Repeat("ü", 129) }), eventbridge.ErrInvalidDetailType, "129 characters"},
-		{"empty DetailType", message(func(m *lease.Message) { m.Topic = "" }), eventbridge.ErrInvalidDetailType, "DetailType is empty"},
+		{"Source too long", message(func(m *outboxtype.Message) { m.Namespace = strings.Repeat("n", 257) }), eventbridge.ErrInvalidSource, "257 characters"},
+		{"Source in aws.", message(func(m *outboxtype.Message) { m.Namespace = "aws.ec2" }), eventbridge.ErrInvalidSource, "aws."},
+		{"empty Source", message(func(m *outboxtype.Message) { m.Namespace = "" }), eventbridge.ErrInvalidSource, "Source is empty"},
+		{"DetailType too long", message(func(m *outboxtype.Message) { m.Topic = strings.Repeat("ü", 129) }), eventbridge.ErrInvalidDetailType, "129 characters"},
+		{"empty DetailType", message(func(m *outboxtype.Message) { m.Topic = "" }), eventbridge.ErrInvalidDetailType, "DetailType is empty"},
 	}
-	msgs := make([]*lease.Message, len(cases))
+	msgs := make([]*outboxtype.Message, len(cases))
 	for i, c := range cases {
 		msgs[i] = c.msg
 	}
 	results := b.publisher.Publish(context.Background(), msgs)
 	for i, c := range cases {
 		r := results[i]
-		if r.Kind != publish.Terminal || r.Code != publish.CodeInvalidPayload || !errors.Is(r.Err, c.sentinel) || !strings.Contains(r.Err.Error(), c.mention) {
+		if r.Kind != publish.Terminal || r.Code != outboxtype.CodeInvalidPayload || !errors.Is(r.Err, c.sentinel) || !strings.Contains(r.Err.Error(), c.mention) {
 			t.Errorf("%s: %s %s %v, want terminal INVALID_PAYLOAD (%v) mentioning %q", c.name, r.Kind, r.Code, r.Err, c.sentinel, c.mention)
 		}
 	}
@@ -518,9 +518,9 @@ func TestRefusedBeforeAnyCall(t *testing.T) {
 	}
 
 	// At the limits exactly, the same fields pass.
-	ok := []*lease.Message{
-		message(func(m *lease.Message) { m.Namespace = strings.Repeat("n", 256) }),
-		message(func(m *lease.Message) { m.Topic = strings.Repeat("ü", 128) }),
+	ok := []*outboxtype.Message{
+		message(func(m *outboxtype.Message) { m.Namespace = strings.Repeat("n", 256) }),
+		message(func(m *outboxtype.Message) { m.Topic = strings.Repeat("ü", 128) }),
 	}
 	for i, r := range b.publisher.Publish(context.Background(), ok) {
 		if r.Kind != publish.Delivered {
@@ -602,14 +602,14 @@ func TestIsolationReleasesTheRestOfTheBadEntrysKey(t *testing.T) {
 	// 1,000. Together the entries are over it; alone, only a2 is.
 	b := setup(t, eventbridge.Config{MaxEntryBytes: 4000})
 	b.fake.SetMaxRequestBytes(1000)
-	entry := func(key string, seq int64, bytes int) *lease.Message {
+	entry := func(key string, seq int64, bytes int) *outboxtype.Message {
 		m := publishtest.Message(int(seq), bytes-conformanceOverhead)
 		m.OrderingKey, m.SequenceID = key, seq
 		return m
 	}
-	a := []*lease.Message{entry("a", 1, 100), entry("a", 2, 1500), entry("a", 3, 100), entry("a", 4, 100)}
+	a := []*outboxtype.Message{entry("a", 1, 100), entry("a", 2, 1500), entry("a", 3, 100), entry("a", 4, 100)}
 	other, unordered := entry("b", 1, 100), publishtest.Message(9, 100-conformanceOverhead)
-	msgs := slices.Concat(a, []*lease.Message{other, unordered})
+	msgs := slices.Concat(a, []*outboxtype.Message{other, unordered})
 	names := map[uuid.UUID]string{other.ID: "b1", unordered.ID: "u1"}
 	for i, m := range a {
 		names[m.ID] = fmt.Sprint("a", i+1)
@@ -623,7 +623,7 @@ func TestIsolationReleasesTheRestOfTheBadEntrysKey(t *testing.T) {
 			t.Errorf("%s: %s %s %v, want %s", names[msgs[i].ID], r.Kind, r.Code, r.Err, want[i])
 		}
 	}
-	if r := results[1]; r.Code != publish.CodeInvalidPayload {
+	if r := results[1]; r.Code != outboxtype.CodeInvalidPayload {
 		t.Errorf("a2: %s %s %v, want INVALID_PAYLOAD", r.Kind, r.Code, r.Err)
 	}
 	var calls []string

@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/moto"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
@@ -109,7 +109,7 @@ func drain(t *testing.T, cfg aws.Config, queueURL string) []deliveredEvent {
 
 // checkDelivered checks the queue holds exactly the matching messages, each
 // once, as the events the publisher's results name.
-func checkDelivered(t *testing.T, events []deliveredEvent, msgs []*lease.Message, results []publish.Result, matching func(*lease.Message) bool) {
+func checkDelivered(t *testing.T, events []deliveredEvent, msgs []*outboxtype.Message, results []publish.Result, matching func(*outboxtype.Message) bool) {
 	t.Helper()
 	want := map[uuid.UUID]int{}
 	for i, m := range msgs {
@@ -181,7 +181,7 @@ func TestMotoCustomBusRuleToQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	results := p.Publish(context.Background(), msgs)
-	checkDelivered(t, drain(t, cfg, queueURL), msgs, results, func(m *lease.Message) bool { return m.Namespace == namespace })
+	checkDelivered(t, drain(t, cfg, queueURL), msgs, results, func(m *outboxtype.Message) bool { return m.Namespace == namespace })
 }
 
 func TestMotoDefaultBus(t *testing.T) {
@@ -199,7 +199,7 @@ func TestMotoDefaultBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	results := p.Publish(context.Background(), msgs)
-	checkDelivered(t, drain(t, cfg, queueURL), msgs, results, func(*lease.Message) bool { return true })
+	checkDelivered(t, drain(t, cfg, queueURL), msgs, results, func(*outboxtype.Message) bool { return true })
 }
 
 func TestMotoMissingBus(t *testing.T) {
@@ -209,7 +209,7 @@ func TestMotoMissingBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range p.Publish(context.Background(), publishtest.Messages(3, 64)) {
-		if r.Kind != publish.Terminal || r.Code != publish.CodeTargetNotFound {
+		if r.Kind != publish.Terminal || r.Code != outboxtype.CodeTargetNotFound {
 			t.Errorf("message %d: %s %s %v, want terminal TARGET_NOT_FOUND", i, r.Kind, r.Code, r.Err)
 		}
 	}

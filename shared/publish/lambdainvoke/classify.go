@@ -54,6 +54,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 	"github.com/outboxkit/dispatcher/shared/retry"
@@ -106,7 +107,7 @@ func (p *Publisher) classify(parent context.Context, out *lambda.InvokeOutput, e
 		return p.classifyError(parent, err)
 	}
 	if out == nil {
-		return publish.Retry(publish.CodeTarget5xx, p.errorf("the client returned neither an answer nor an error"), 0)
+		return publish.Retry(outboxtype.CodeTarget5xx, p.errorf("the client returned neither an answer nor an error"), 0)
 	}
 	if out.FunctionError != nil {
 		return p.classifyFunctionError(*out.FunctionError, out.Payload)
@@ -125,7 +126,7 @@ func (p *Publisher) classifyError(parent context.Context, err error) publish.Res
 			r.Err = p.errorf("%w", r.Err)
 			return r
 		}
-		return publish.Retry(publish.CodeAccessDenied, p.errorf("no credentials to sign the call with: %w", err), 0)
+		return publish.Retry(outboxtype.CodeAccessDenied, p.errorf("no credentials to sign the call with: %w", err), 0)
 	}
 	wrapped := p.errorf("%w", err)
 	var apiErr smithy.APIError
@@ -138,7 +139,7 @@ func (p *Publisher) classifyError(parent context.Context, err error) publish.Res
 		return classifyAPIError(apiErr.ErrorCode(), status, header, wrapped)
 	}
 	if r, ok := publish.ContextResult(parent, err); ok {
-		if r.Code == publish.CodeTimeout {
+		if r.Code == outboxtype.CodeTimeout {
 			r.Err = p.errorf("no answer within %s: %w", p.timeout, err)
 		} else {
 			r.Err = p.errorf("%w", r.Err)
@@ -152,7 +153,7 @@ func (p *Publisher) classifyError(parent context.Context, err error) publish.Res
 	if errors.As(err, &respErr) && respErr.Response != nil && respErr.HTTPStatusCode() > 0 {
 		return classifyAPIError("", respErr.HTTPStatusCode(), respErr.Response.Header, wrapped)
 	}
-	return publish.Retry(publish.CodeNetwork, wrapped, 0)
+	return publish.Retry(outboxtype.CodeNetwork, wrapped, 0)
 }
 
 // classifyAPIError maps an Invoke API error code, then its HTTP status.
@@ -160,7 +161,7 @@ func classifyAPIError(code string, status int, header http.Header, err error) pu
 	wait := retryAfter(header)
 	switch code {
 	case "TooManyRequestsException", "EC2ThrottledException":
-		return publish.Retry(publish.CodeThrottled, err, wait)
+		return publish.Retry(outboxtype.CodeThrottled, err, wait)
 	case "ServiceException", "ResourceNotReadyException", "ResourceConflictException",
 		"EC2UnexpectedException", "ENILimitReachedException", "SubnetIPAddressLimitReachedException",
 		"EFSIOException", "EFSMountConnectivityException", "EFSMountFailureException", "EFSMountTimeoutException",
@@ -169,16 +170,16 @@ func classifyAPIError(code string, status int, header http.Header, err error) pu
 		"InvalidRuntimeException", "InvalidZipFileException", "InvalidSubnetIDException", "InvalidSecurityGroupIDException":
 		// Failures of the function's environment or state: an operator or
 		// Lambda itself fixes them, and the retries then drain.
-		return publish.Retry(publish.CodeTarget5xx, err, wait)
+		return publish.Retry(outboxtype.CodeTarget5xx, err, wait)
 	case "ResourceNotFoundException":
-		return publish.Fail(publish.CodeTargetNotFound, err)
+		return publish.Fail(outboxtype.CodeTargetNotFound, err)
 	case "ExpiredTokenException", "ExpiredToken", "RequestExpired":
 		// Credentials that aged out (a session token past expiry, a
 		// request signed too long ago): the SDK's credential cache
 		// refreshes and corrects its clock skew, and a new invocation has
 		// new credentials, so it is retried, as the SNS and EventBridge
 		// publishers retry it.
-		return publish.Retry(publish.CodeAccessDenied, err, wait)
+		return publish.Retry(outboxtype.CodeAccessDenied, err, wait)
 	case "AccessDeniedException", "AccessDenied", "EC2AccessDeniedException",
 		"UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "SignatureDoesNotMatch",
 		"IncompleteSignature", "AuthFailure", "MissingAuthenticationTokenException", "MissingAuthenticationToken",
@@ -186,31 +187,31 @@ func classifyAPIError(code string, status int, header http.Header, err error) pu
 		"KMSAccessDeniedException", "KMSDisabledException", "KMSInvalidStateException", "KMSNotFoundException":
 		// Credentials that are not valid, or an identity that may not
 		// invoke the function, whatever status they come with.
-		return publish.Fail(publish.CodeAccessDenied, err)
+		return publish.Fail(outboxtype.CodeAccessDenied, err)
 	case "RequestTooLargeException", "SerializedRequestEntityTooLargeException":
-		return publish.Fail(publish.CodePayloadTooLarge, err)
+		return publish.Fail(outboxtype.CodePayloadTooLarge, err)
 	case "InvalidRequestContentException", "UnsupportedMediaTypeException":
-		return publish.Fail(publish.CodeInvalidPayload, err)
+		return publish.Fail(outboxtype.CodeInvalidPayload, err)
 	}
 	switch {
 	case status == http.StatusTooManyRequests:
-		return publish.Retry(publish.CodeThrottled, err, wait)
+		return publish.Retry(outboxtype.CodeThrottled, err, wait)
 	case status == http.StatusRequestTimeout:
-		return publish.Retry(publish.CodeTimeout, err, wait)
+		return publish.Retry(outboxtype.CodeTimeout, err, wait)
 	case status >= 500 && status <= 599, status == http.StatusTooEarly:
-		return publish.Retry(publish.CodeTarget5xx, err, wait)
+		return publish.Retry(outboxtype.CodeTarget5xx, err, wait)
 	case status == http.StatusUnauthorized, status == http.StatusForbidden:
-		return publish.Fail(publish.CodeAccessDenied, err)
+		return publish.Fail(outboxtype.CodeAccessDenied, err)
 	case status == http.StatusNotFound:
-		return publish.Fail(publish.CodeTargetNotFound, err)
+		return publish.Fail(outboxtype.CodeTargetNotFound, err)
 	case status == http.StatusRequestEntityTooLarge:
-		return publish.Fail(publish.CodePayloadTooLarge, err)
+		return publish.Fail(outboxtype.CodePayloadTooLarge, err)
 	case status >= 400 && status <= 499:
-		return publish.Fail(publish.CodeTargetRejected, err)
+		return publish.Fail(outboxtype.CodeTargetRejected, err)
 	}
 	// No status, or one that is not an error: nothing says the message was
 	// refused.
-	return publish.Retry(publish.CodeTarget5xx, err, wait)
+	return publish.Retry(outboxtype.CodeTarget5xx, err, wait)
 }
 
 // classifyFunctionError reads the runtime's {"errorType","errorMessage"}.
@@ -231,9 +232,9 @@ func (p *Publisher) classifyFunctionError(kind string, payload []byte) publish.R
 	}
 	err := p.errorf("%s: %s", what, snippet(message))
 	if isTerminalErrorType(errorType) {
-		return publish.Fail(publish.CodeFunctionError, err)
+		return publish.Fail(outboxtype.CodeFunctionError, err)
 	}
-	return publish.Retry(publish.CodeFunctionError, err, 0)
+	return publish.Retry(outboxtype.CodeFunctionError, err, 0)
 }
 
 // isTerminalErrorType matches TerminalError bare (Go, Node, Python) or
@@ -264,16 +265,16 @@ func (p *Publisher) classifyResponse(out *lambda.InvokeOutput) publish.Result {
 	status, ok := jsonString(resp.Status)
 	switch {
 	case !ok:
-		return publish.Retry(publish.CodeTarget5xx,
+		return publish.Retry(outboxtype.CodeTarget5xx,
 			p.errorf("the response's status is not a string (%s); the plugin contract allows ok, delivered, rejected and retry", snippet(string(resp.Status))), 0)
 	case status == "" || status == StatusOK || status == StatusDelivered:
 		return publish.Ok(ref)
 	case status == StatusRejected:
-		return publish.Fail(publish.CodeTargetRejected, p.errorf("rejected: %s", snippet(message)))
+		return publish.Fail(outboxtype.CodeTargetRejected, p.errorf("rejected: %s", snippet(message)))
 	case status == StatusRetry:
-		return publish.Retry(publish.CodeTarget5xx, p.errorf("asked for a retry: %s", snippet(message)), secondsAfter(resp.RetryAfter))
+		return publish.Retry(outboxtype.CodeTarget5xx, p.errorf("asked for a retry: %s", snippet(message)), secondsAfter(resp.RetryAfter))
 	}
-	return publish.Retry(publish.CodeTarget5xx,
+	return publish.Retry(outboxtype.CodeTarget5xx,
 		p.errorf("the response's status %q is not one the plugin contract allows (ok, delivered, rejected, retry)", snippet(status)), 0)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -61,60 +62,60 @@ func TestClassify(t *testing.T) {
 		out    *lambda.InvokeOutput
 		err    error
 		kind   publish.Kind
-		code   publish.Code
+		code   outboxtype.Code
 		wait   time.Duration
 	}{
 		{"throttled with Retry-After", alive, nil,
 			sdkError(429, http.Header{"Retry-After": {"5"}}, &types.TooManyRequestsException{Message: str("Rate Exceeded.")}),
-			publish.Retryable, publish.CodeThrottled, 5 * time.Second},
+			publish.Retryable, outboxtype.CodeThrottled, 5 * time.Second},
 		{"typed not found", alive, nil, sdkError(404, nil, &types.ResourceNotFoundException{}),
-			publish.Terminal, publish.CodeTargetNotFound, 0},
+			publish.Terminal, outboxtype.CodeTargetNotFound, 0},
 		{"bare KMS error, no response", alive, nil, &smithy.GenericAPIError{Code: "KMSNotFoundException"},
-			publish.Terminal, publish.CodeAccessDenied, 0},
+			publish.Terminal, outboxtype.CodeAccessDenied, 0},
 		{"bare unknown error code, no response", alive, nil, &smithy.GenericAPIError{Code: "Mystery"},
-			publish.Retryable, publish.CodeTarget5xx, 0},
+			publish.Retryable, outboxtype.CodeTarget5xx, 0},
 		{"an API error beats an ended context", ended, nil, sdkError(404, nil, &types.ResourceNotFoundException{}),
-			publish.Terminal, publish.CodeTargetNotFound, 0},
+			publish.Terminal, outboxtype.CodeTargetNotFound, 0},
 		{"expired token, whatever the status", alive, nil, sdkError(400, nil, &smithy.GenericAPIError{Code: "ExpiredTokenException"}),
-			publish.Retryable, publish.CodeAccessDenied, 0},
+			publish.Retryable, outboxtype.CodeAccessDenied, 0},
 		{"unrecognized client, whatever the status", alive, nil, sdkError(400, nil, &smithy.GenericAPIError{Code: "UnrecognizedClientException"}),
-			publish.Terminal, publish.CodeAccessDenied, 0},
+			publish.Terminal, outboxtype.CodeAccessDenied, 0},
 		{"unsigned", alive, nil, sdkError(403, nil, &smithy.GenericAPIError{Code: "MissingAuthenticationTokenException"}),
-			publish.Terminal, publish.CodeAccessDenied, 0},
+			publish.Terminal, outboxtype.CodeAccessDenied, 0},
 
 		// No credentials: whatever the credential source said, nothing
 		// was sent.
 		{"instance metadata without a role", alive, nil, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))),
-			publish.Retryable, publish.CodeAccessDenied, 0},
+			publish.Retryable, outboxtype.CodeAccessDenied, 0},
 		{"instance metadata refusing", alive, nil, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(403))),
-			publish.Retryable, publish.CodeAccessDenied, 0},
+			publish.Retryable, outboxtype.CodeAccessDenied, 0},
 		{"STS refusing the role", alive, nil, noCredentials(&smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRole",
-			Err: sdkError(403, nil, &smithy.GenericAPIError{Code: "AccessDenied"})}), publish.Retryable, publish.CodeAccessDenied, 0},
+			Err: sdkError(403, nil, &smithy.GenericAPIError{Code: "AccessDenied"})}), publish.Retryable, outboxtype.CodeAccessDenied, 0},
 		{"container endpoint unreachable", alive, nil, noCredentials(&smithyhttp.RequestSendError{Err: errors.New("connection refused")}),
-			publish.Retryable, publish.CodeAccessDenied, 0},
+			publish.Retryable, outboxtype.CodeAccessDenied, 0},
 		{"empty static keys", alive, nil, noCredentials(&credentials.StaticCredentialsEmptyError{}),
-			publish.Retryable, publish.CodeAccessDenied, 0},
+			publish.Retryable, outboxtype.CodeAccessDenied, 0},
 		{"no credentials as the invocation ends", ended, nil, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))),
-			publish.Retryable, publish.CodeCanceled, 0},
+			publish.Retryable, outboxtype.CodeCanceled, 0},
 		{"a provider's own error", alive, nil, noCredentials(errors.New("vault unreachable")),
-			publish.Retryable, publish.CodeNetwork, 0},
+			publish.Retryable, outboxtype.CodeNetwork, 0},
 		{"call timeout", alive, nil, fmt.Errorf("operation error Lambda: Invoke: %w", context.DeadlineExceeded),
-			publish.Retryable, publish.CodeTimeout, 0},
+			publish.Retryable, outboxtype.CodeTimeout, 0},
 		{"caller ended", ended, nil, fmt.Errorf("operation error Lambda: Invoke: %w", context.Canceled),
-			publish.Retryable, publish.CodeCanceled, 0},
+			publish.Retryable, outboxtype.CodeCanceled, 0},
 		{"unreadable 502", alive, nil, sdkError(502, nil, &smithy.DeserializationError{Err: errors.New("bad json")}),
-			publish.Retryable, publish.CodeTarget5xx, 0},
+			publish.Retryable, outboxtype.CodeTarget5xx, 0},
 		{"unreadable 400", alive, nil, sdkError(400, nil, &smithy.DeserializationError{Err: errors.New("bad json")}),
-			publish.Terminal, publish.CodeTargetRejected, 0},
+			publish.Terminal, outboxtype.CodeTargetRejected, 0},
 		{"send failed", alive, nil, sdkError(0, nil, &smithyhttp.RequestSendError{Err: errors.New("connection reset")}),
-			publish.Retryable, publish.CodeNetwork, 0},
+			publish.Retryable, outboxtype.CodeNetwork, 0},
 		{"plain error", alive, nil, errors.New("dial tcp: no route to host"),
-			publish.Retryable, publish.CodeNetwork, 0},
-		{"no output, no error", alive, nil, nil, publish.Retryable, publish.CodeTarget5xx, 0},
+			publish.Retryable, outboxtype.CodeNetwork, 0},
+		{"no output, no error", alive, nil, nil, publish.Retryable, outboxtype.CodeTarget5xx, 0},
 		{"delivered, no request id", alive, &lambda.InvokeOutput{StatusCode: 200, ExecutedVersion: str("7")}, nil,
 			publish.Delivered, "", 0},
 		{"function error without payload", alive, &lambda.InvokeOutput{StatusCode: 200, FunctionError: str("Unhandled")}, nil,
-			publish.Retryable, publish.CodeFunctionError, 0},
+			publish.Retryable, outboxtype.CodeFunctionError, 0},
 	}
 	for _, tc := range cases {
 		r := p.classify(tc.parent, tc.out, tc.err)

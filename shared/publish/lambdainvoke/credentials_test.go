@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/lambdafake"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -62,8 +63,8 @@ func TestNoCredentialsIsAccessDenied(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := publishOne(t, p)
-			if r.Kind != tc.kind || r.Code != publish.CodeAccessDenied || r.Err == nil {
-				t.Errorf("%s %s (%v), want %s %s", r.Kind, r.Code, r.Err, tc.kind, publish.CodeAccessDenied)
+			if r.Kind != tc.kind || r.Code != outboxtype.CodeAccessDenied || r.Err == nil {
+				t.Errorf("%s %s (%v), want %s %s", r.Kind, r.Code, r.Err, tc.kind, outboxtype.CodeAccessDenied)
 			}
 			if n := len(fake.Invocations()); n != 0 {
 				t.Errorf("the function ran %d times", n)
@@ -190,8 +191,8 @@ func TestCredentialErrorsAreAccessDenied(t *testing.T) {
 			p, fake := newTestPublisher(t, ok(""), nil)
 			fake.FailCalls(1, a.status, a.code)
 			r := publishOne(t, p)
-			if r.Kind != a.kind || r.Code != publish.CodeAccessDenied || r.Err == nil {
-				t.Errorf("%s %s (%v), want %s %s", r.Kind, r.Code, r.Err, a.kind, publish.CodeAccessDenied)
+			if r.Kind != a.kind || r.Code != outboxtype.CodeAccessDenied || r.Err == nil {
+				t.Errorf("%s %s (%v), want %s %s", r.Kind, r.Code, r.Err, a.kind, outboxtype.CodeAccessDenied)
 			}
 		})
 	}
@@ -205,16 +206,16 @@ func TestMissingFunctionIsTargetNotFound(t *testing.T) {
 			t.Parallel()
 			p, fake := newTestPublisher(t, ok(""), nil)
 			fake.FailCalls(1, status, "ResourceNotFoundException")
-			if r := publishOne(t, p); r.Kind != publish.Terminal || r.Code != publish.CodeTargetNotFound || r.Err == nil {
-				t.Errorf("%s %s (%v), want terminal %s", r.Kind, r.Code, r.Err, publish.CodeTargetNotFound)
+			if r := publishOne(t, p); r.Kind != publish.Terminal || r.Code != outboxtype.CodeTargetNotFound || r.Err == nil {
+				t.Errorf("%s %s (%v), want terminal %s", r.Kind, r.Code, r.Err, outboxtype.CodeTargetNotFound)
 			}
 		})
 	}
 	t.Run("unknown to the fake", func(t *testing.T) {
 		t.Parallel()
 		p, _ := newTestPublisher(t, nil, nil) // answers 404 ResourceNotFoundException
-		if r := publishOne(t, p); r.Kind != publish.Terminal || r.Code != publish.CodeTargetNotFound || r.Err == nil {
-			t.Errorf("%s %s (%v), want terminal %s", r.Kind, r.Code, r.Err, publish.CodeTargetNotFound)
+		if r := publishOne(t, p); r.Kind != publish.Terminal || r.Code != outboxtype.CodeTargetNotFound || r.Err == nil {
+			t.Errorf("%s %s (%v), want terminal %s", r.Kind, r.Code, r.Err, outboxtype.CodeTargetNotFound)
 		}
 	})
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -117,20 +117,20 @@ func NewHTTPClient(concurrency int) *awshttp.BuildableClient {
 // Publish invokes the function once per message, up to Concurrency at
 // once, each ordering key's one after another in sequence order (see
 // publish.Publisher), and returns one result per message, in order.
-func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+func (p *Publisher) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	return p.batcher.Publish(ctx, msgs)
 }
 
 // encode is a message's event, the envelope, or its refusal before any
 // invocation.
-func (p *Publisher) encode(m *lease.Message) ([]byte, int, *publish.Result) {
+func (p *Publisher) encode(m *outboxtype.Message) ([]byte, int, *publish.Result) {
 	refuse := func(r publish.Result) ([]byte, int, *publish.Result) { return nil, 0, &r }
 	if len(m.Payload) > p.maxPayload {
 		return refuse(p.tooLarge(len(m.Payload), "payload"))
 	}
 	body, err := publish.EncodeEnvelope(m)
 	if err != nil {
-		return refuse(publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("lambdainvoke: encode the envelope: %w", err)))
+		return refuse(publish.Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("lambdainvoke: encode the envelope: %w", err)))
 	}
 	if len(body) > p.maxPayload {
 		return refuse(p.tooLarge(len(body), "envelope"))
@@ -139,7 +139,7 @@ func (p *Publisher) encode(m *lease.Message) ([]byte, int, *publish.Result) {
 }
 
 // invoke is the Batcher's call: one invocation, one message.
-func (p *Publisher) invoke(ctx context.Context, _ []*lease.Message, bodies [][]byte, results []publish.Result) bool {
+func (p *Publisher) invoke(ctx context.Context, _ []*outboxtype.Message, bodies [][]byte, results []publish.Result) bool {
 	callCtx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	out, err := p.client.Invoke(callCtx, &lambda.InvokeInput{
@@ -152,6 +152,6 @@ func (p *Publisher) invoke(ctx context.Context, _ []*lease.Message, bodies [][]b
 }
 
 func (p *Publisher) tooLarge(size int, what string) publish.Result {
-	return publish.Fail(publish.CodePayloadTooLarge,
+	return publish.Fail(outboxtype.CodePayloadTooLarge,
 		fmt.Errorf("lambdainvoke: the %s is %d bytes, over the target's cap of %d; not sent", what, size, p.maxPayload))
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/lambdafake"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 )
@@ -46,7 +46,7 @@ func ok(body string) lambdafake.Handler {
 
 func publishOne(t *testing.T, p *Publisher) publish.Result {
 	t.Helper()
-	results := p.Publish(t.Context(), []*lease.Message{publishtest.Message(0, 64)})
+	results := p.Publish(t.Context(), []*outboxtype.Message{publishtest.Message(0, 64)})
 	if len(results) != 1 {
 		t.Fatalf("%d results for one message", len(results))
 	}
@@ -107,7 +107,7 @@ func TestInvocationRequest(t *testing.T) {
 	p, fake := newTestPublisher(t, ok(""), nil)
 	m := publishtest.Message(0, 64)
 	m.OrderingKey, m.SequenceID = "order-42", 7
-	if r := p.Publish(t.Context(), []*lease.Message{m})[0]; r.Kind != publish.Delivered {
+	if r := p.Publish(t.Context(), []*outboxtype.Message{m})[0]; r.Kind != publish.Delivered {
 		t.Fatalf("%s %s %v", r.Kind, r.Code, r.Err)
 	}
 	calls := fake.Invocations()
@@ -144,7 +144,7 @@ func TestResponseContract(t *testing.T) {
 		body          string
 		functionError string
 		kind          publish.Kind
-		code          publish.Code
+		code          outboxtype.Code
 		retryAfter    time.Duration
 		errHas        string
 	}{
@@ -156,39 +156,39 @@ func TestResponseContract(t *testing.T) {
 		{name: "status delivered", body: ` {"status":"delivered"}`, kind: publish.Delivered},
 		{name: "status null", body: `{"status":null}`, kind: publish.Delivered},
 		{name: "rejected", body: `{"status":"rejected","error":"unknown customer"}`,
-			kind: publish.Terminal, code: publish.CodeTargetRejected, errHas: "rejected: unknown customer"},
+			kind: publish.Terminal, code: outboxtype.CodeTargetRejected, errHas: "rejected: unknown customer"},
 		{name: "retry", body: `{"status":"retry","error":"ledger locked","retry_after_seconds":30}`,
-			kind: publish.Retryable, code: publish.CodeTarget5xx, retryAfter: 30 * time.Second, errHas: "ledger locked"},
+			kind: publish.Retryable, code: outboxtype.CodeTarget5xx, retryAfter: 30 * time.Second, errHas: "ledger locked"},
 		{name: "retry, seconds as a string", body: `{"status":"retry","retry_after_seconds":"1.5"}`,
-			kind: publish.Retryable, code: publish.CodeTarget5xx, retryAfter: 1500 * time.Millisecond},
+			kind: publish.Retryable, code: outboxtype.CodeTarget5xx, retryAfter: 1500 * time.Millisecond},
 		{name: "retry, absurd seconds", body: `{"status":"retry","retry_after_seconds":1e300}`,
-			kind: publish.Retryable, code: publish.CodeTarget5xx, retryAfter: 24 * time.Hour},
+			kind: publish.Retryable, code: outboxtype.CodeTarget5xx, retryAfter: 24 * time.Hour},
 		{name: "unknown status", body: `{"status":"maybe"}`,
-			kind: publish.Retryable, code: publish.CodeTarget5xx, errHas: `status "maybe" is not one the plugin contract allows`},
+			kind: publish.Retryable, code: outboxtype.CodeTarget5xx, errHas: `status "maybe" is not one the plugin contract allows`},
 		{name: "status not a string", body: `{"status":1}`,
-			kind: publish.Retryable, code: publish.CodeTarget5xx, errHas: "not a string"},
+			kind: publish.Retryable, code: outboxtype.CodeTarget5xx, errHas: "not a string"},
 		{name: "function error", functionError: "Unhandled",
 			body: `{"errorType":"ConnectionError","errorMessage":"db down","stackTrace":[]}`,
-			kind: publish.Retryable, code: publish.CodeFunctionError, errHas: "function error (Unhandled) ConnectionError: db down"},
+			kind: publish.Retryable, code: outboxtype.CodeFunctionError, errHas: "function error (Unhandled) ConnectionError: db down"},
 		{name: "function timeout", functionError: "Unhandled",
 			body: `{"errorType":"Sandbox.Timedout","errorMessage":"Task timed out after 3.00 seconds"}`,
-			kind: publish.Retryable, code: publish.CodeFunctionError, errHas: "Task timed out"},
+			kind: publish.Retryable, code: outboxtype.CodeFunctionError, errHas: "Task timed out"},
 		{name: "terminal function error", functionError: "Unhandled",
 			body: `{"errorType":"TerminalError","errorMessage":"invoice already void"}`,
-			kind: publish.Terminal, code: publish.CodeFunctionError, errHas: "invoice already void"},
+			kind: publish.Terminal, code: outboxtype.CodeFunctionError, errHas: "invoice already void"},
 		{name: "terminal function error, Java", functionError: "Unhandled",
 			body: `{"errorType":"com.example.billing.TerminalError","errorMessage":"no such account"}`,
-			kind: publish.Terminal, code: publish.CodeFunctionError, errHas: "no such account"},
+			kind: publish.Terminal, code: outboxtype.CodeFunctionError, errHas: "no such account"},
 		{name: "terminal function error, nested class", functionError: "Handled",
 			body: `{"errorType":"com.example.Plugin$TerminalError","errorMessage":"nope"}`,
-			kind: publish.Terminal, code: publish.CodeFunctionError},
+			kind: publish.Terminal, code: outboxtype.CodeFunctionError},
 		{name: "not quite TerminalError", functionError: "Unhandled",
 			body: `{"errorType":"NotTerminalError","errorMessage":"x"}`,
-			kind: publish.Retryable, code: publish.CodeFunctionError},
+			kind: publish.Retryable, code: outboxtype.CodeFunctionError},
 		{name: "function error, odd payload", functionError: "Unhandled", body: `out of memory`,
-			kind: publish.Retryable, code: publish.CodeFunctionError, errHas: "out of memory"},
+			kind: publish.Retryable, code: outboxtype.CodeFunctionError, errHas: "out of memory"},
 		{name: "function error says rejected in its body: still a function error", functionError: "Unhandled",
-			body: `{"status":"ok"}`, kind: publish.Retryable, code: publish.CodeFunctionError},
+			body: `{"status":"ok"}`, kind: publish.Retryable, code: outboxtype.CodeFunctionError},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,28 +233,28 @@ func TestAPIErrors(t *testing.T) {
 		errorType  string
 		retryAfter string
 		kind       publish.Kind
-		code       publish.Code
+		code       outboxtype.Code
 		wait       time.Duration
 	}{
-		{429, "TooManyRequestsException", "3", publish.Retryable, publish.CodeThrottled, 3 * time.Second},
-		{502, "EC2ThrottledException", "", publish.Retryable, publish.CodeThrottled, 0},
-		{500, "ServiceException", "", publish.Retryable, publish.CodeTarget5xx, 0},
-		{502, "ResourceNotReadyException", "", publish.Retryable, publish.CodeTarget5xx, 0},
-		{409, "ResourceConflictException", "", publish.Retryable, publish.CodeTarget5xx, 0},
-		{502, "EFSMountTimeoutException", "", publish.Retryable, publish.CodeTarget5xx, 0},
-		{404, "ResourceNotFoundException", "", publish.Terminal, publish.CodeTargetNotFound, 0},
-		{403, "AccessDeniedException", "", publish.Terminal, publish.CodeAccessDenied, 0},
-		{502, "KMSAccessDeniedException", "", publish.Terminal, publish.CodeAccessDenied, 0},
-		{502, "KMSDisabledException", "", publish.Terminal, publish.CodeAccessDenied, 0},
-		{413, "RequestTooLargeException", "", publish.Terminal, publish.CodePayloadTooLarge, 0},
-		{400, "InvalidRequestContentException", "", publish.Terminal, publish.CodeInvalidPayload, 0},
-		{415, "UnsupportedMediaTypeException", "", publish.Terminal, publish.CodeInvalidPayload, 0},
-		{400, "InvalidParameterValueException", "", publish.Terminal, publish.CodeTargetRejected, 0},
-		{400, "RecursiveInvocationException", "", publish.Terminal, publish.CodeTargetRejected, 0},
-		{403, "UnrecognizedClientException", "", publish.Terminal, publish.CodeAccessDenied, 0},
-		{503, "SomethingNewException", "10", publish.Retryable, publish.CodeTarget5xx, 10 * time.Second},
-		{429, "SomethingNewThrottle", "", publish.Retryable, publish.CodeThrottled, 0},
-		{418, "SomethingNewException", "", publish.Terminal, publish.CodeTargetRejected, 0},
+		{429, "TooManyRequestsException", "3", publish.Retryable, outboxtype.CodeThrottled, 3 * time.Second},
+		{502, "EC2ThrottledException", "", publish.Retryable, outboxtype.CodeThrottled, 0},
+		{500, "ServiceException", "", publish.Retryable, outboxtype.CodeTarget5xx, 0},
+		{502, "ResourceNotReadyException", "", publish.Retryable, outboxtype.CodeTarget5xx, 0},
+		{409, "ResourceConflictException", "", publish.Retryable, outboxtype.CodeTarget5xx, 0},
+		{502, "EFSMountTimeoutException", "", publish.Retryable, outboxtype.CodeTarget5xx, 0},
+		{404, "ResourceNotFoundException", "", publish.Terminal, outboxtype.CodeTargetNotFound, 0},
+		{403, "AccessDeniedException", "", publish.Terminal, outboxtype.CodeAccessDenied, 0},
+		{502, "KMSAccessDeniedException", "", publish.Terminal, outboxtype.CodeAccessDenied, 0},
+		{502, "KMSDisabledException", "", publish.Terminal, outboxtype.CodeAccessDenied, 0},
+		{413, "RequestTooLargeException", "", publish.Terminal, outboxtype.CodePayloadTooLarge, 0},
+		{400, "InvalidRequestContentException", "", publish.Terminal, outboxtype.CodeInvalidPayload, 0},
+		{415, "UnsupportedMediaTypeException", "", publish.Terminal, outboxtype.CodeInvalidPayload, 0},
+		{400, "InvalidParameterValueException", "", publish.Terminal, outboxtype.CodeTargetRejected, 0},
+		{400, "RecursiveInvocationException", "", publish.Terminal, outboxtype.CodeTargetRejected, 0},
+		{403, "UnrecognizedClientException", "", publish.Terminal, outboxtype.CodeAccessDenied, 0},
+		{503, "SomethingNewException", "10", publish.Retryable, outboxtype.CodeTarget5xx, 10 * time.Second},
+		{429, "SomethingNewThrottle", "", publish.Retryable, outboxtype.CodeThrottled, 0},
+		{418, "SomethingNewException", "", publish.Terminal, outboxtype.CodeTargetRejected, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.errorType, func(t *testing.T) {
@@ -279,7 +279,7 @@ func TestAPIErrors(t *testing.T) {
 func TestUnknownFunctionIsTargetNotFound(t *testing.T) {
 	t.Parallel()
 	p, _ := newTestPublisher(t, nil, nil) // nothing registered
-	if r := publishOne(t, p); r.Kind != publish.Terminal || r.Code != publish.CodeTargetNotFound {
+	if r := publishOne(t, p); r.Kind != publish.Terminal || r.Code != outboxtype.CodeTargetNotFound {
 		t.Errorf("got %s %s %v, want terminal TARGET_NOT_FOUND", r.Kind, r.Code, r.Err)
 	}
 }
@@ -293,7 +293,7 @@ func TestTimeoutIsRetryableWithinTheConfiguredTimeout(t *testing.T) {
 	results := p.Publish(t.Context(), publishtest.Messages(3, 64))
 	took := time.Since(start)
 	for i, r := range results {
-		if r.Kind != publish.Retryable || r.Code != publish.CodeTimeout || !strings.Contains(r.Err.Error(), "no answer within 150ms") {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeTimeout || !strings.Contains(r.Err.Error(), "no answer within 150ms") {
 			t.Errorf("message %d: %s %s %v, want retryable TIMEOUT saying how long it waited", i, r.Kind, r.Code, r.Err)
 		}
 	}
@@ -317,7 +317,7 @@ func TestNoAnswerIsRetryableNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := publishOne(t, p); r.Kind != publish.Retryable || r.Code != publish.CodeNetwork {
+	if r := publishOne(t, p); r.Kind != publish.Retryable || r.Code != outboxtype.CodeNetwork {
 		t.Errorf("got %s %s %v, want retryable NETWORK", r.Kind, r.Code, r.Err)
 	}
 }

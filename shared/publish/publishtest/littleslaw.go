@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -47,7 +47,7 @@ func (s LittlesLaw) Ceiling() float64 {
 func BenchLittlesLaw(b *testing.B, p publish.Publisher, s LittlesLaw) {
 	b.Helper()
 	msgs := Messages(s.Messages, s.PayloadBytes)
-	deliver := func(ctx context.Context, batch []*lease.Message, offset int) {
+	deliver := func(ctx context.Context, batch []*outboxtype.Message, offset int) {
 		for i, r := range p.Publish(ctx, batch) {
 			if r.Kind != publish.Delivered {
 				b.Fatalf("message %d: %s %s %v", offset+i, r.Kind, r.Code, r.Err)

@@ -28,7 +28,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -84,7 +84,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) *Target) {
 		checkLen(t, msgs, results)
 		for i, r := range results {
 			if i == 2 {
-				if r.Kind != publish.Terminal || r.Code != publish.CodePayloadTooLarge {
+				if r.Kind != publish.Terminal || r.Code != outboxtype.CodePayloadTooLarge {
 					t.Errorf("oversize message: %s %s %v, want terminal PAYLOAD_TOO_LARGE", r.Kind, r.Code, r.Err)
 				}
 				continue
@@ -141,7 +141,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) *Target) {
 		}
 		checkLen(t, msgs, results)
 		for i, r := range results {
-			if r.Kind != publish.Retryable || (r.Code != publish.CodeTimeout && r.Code != publish.CodeCanceled) {
+			if r.Kind != publish.Retryable || (r.Code != outboxtype.CodeTimeout && r.Code != outboxtype.CodeCanceled) {
 				t.Errorf("message %d: %s %s %v, want retryable TIMEOUT or CANCELED", i, r.Kind, r.Code, r.Err)
 			}
 		}
@@ -285,7 +285,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) *Target) {
 				if r.Kind != publish.Released {
 					t.Errorf("%s: %s %s %v, want released", name(msgs[i]), r.Kind, r.Code, r.Err)
 				}
-			case r.Kind != publish.Retryable || (r.Code != publish.CodeTimeout && r.Code != publish.CodeCanceled):
+			case r.Kind != publish.Retryable || (r.Code != outboxtype.CodeTimeout && r.Code != outboxtype.CodeCanceled):
 				t.Errorf("%s: %s %s %v, want retryable TIMEOUT or CANCELED", name(msgs[i]), r.Kind, r.Code, r.Err)
 			}
 		}
@@ -317,8 +317,8 @@ func Run(t *testing.T, newTarget func(t *testing.T) *Target) {
 }
 
 // Messages builds n claimed messages with payloads of about payloadBytes.
-func Messages(n, payloadBytes int) []*lease.Message {
-	out := make([]*lease.Message, n)
+func Messages(n, payloadBytes int) []*outboxtype.Message {
+	out := make([]*outboxtype.Message, n)
 	for i := range out {
 		out[i] = Message(i, payloadBytes)
 	}
@@ -328,22 +328,23 @@ func Messages(n, payloadBytes int) []*lease.Message {
 // Message builds one claimed message whose payload is exactly payloadBytes
 // long (or the smallest valid payload, if that is longer) and carries the
 // message id as "msg_id".
-func Message(i, payloadBytes int) *lease.Message {
+func Message(i, payloadBytes int) *outboxtype.Message {
 	id := uuid.Must(uuid.NewV7())
 	head := fmt.Sprintf(`{"msg_id":%q,"n":%d,"pad":"`, id, i)
 	pad := max(payloadBytes-len(head)-2, 0)
 	payload := head + strings.Repeat("x", pad) + `"}`
-	return &lease.Message{
-		ID: id, Namespace: "conformance", Topic: "suite", TenantID: "tenant-1",
-		DedupeKey: "dedupe-" + id.String(), Payload: json.RawMessage(payload),
-		Headers: map[string]string{"x-suite": "yes"}, Attempt: 1,
+	return &outboxtype.Message{
+		Keys: outboxtype.Keys{
+			ID: id, Namespace: "conformance", Topic: "suite", TenantID: "tenant-1", DedupeKey: "dedupe-" + id.String(),
+		},
+		Payload: json.RawMessage(payload), Headers: map[string]string{"x-suite": "yes"}, Attempt: 1,
 		LeaseToken: uuid.New(), LeaseExpiresAt: time.Now().Add(time.Minute), CreatedAt: time.Now(),
 	}
 }
 
 // OrderedMessages builds n messages of one ordering key, like Message,
 // with sequence ids 10, 20, … in that order.
-func OrderedMessages(key string, n, payloadBytes int) []*lease.Message {
+func OrderedMessages(key string, n, payloadBytes int) []*outboxtype.Message {
 	out := Messages(n, payloadBytes)
 	for i, m := range out {
 		m.OrderingKey, m.SequenceID = key, int64(10*(i+1))
@@ -375,7 +376,7 @@ func EnvelopeMessageID(envelope []byte) (uuid.UUID, error) {
 
 // shuffled is msgs in an order that is not sequence order, the same on
 // every run.
-func shuffled(msgs []*lease.Message) []*lease.Message {
+func shuffled(msgs []*outboxtype.Message) []*outboxtype.Message {
 	out := slices.Clone(msgs)
 	rand.New(rand.NewPCG(uint64(len(out)), 42)).Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
@@ -383,7 +384,7 @@ func shuffled(msgs []*lease.Message) []*lease.Message {
 
 // name is how failures name a message: its key and sequence id, or its
 // payload's number.
-func name(m *lease.Message) string {
+func name(m *outboxtype.Message) string {
 	if m.OrderingKey != "" {
 		return fmt.Sprintf("%s#%d", m.OrderingKey, m.SequenceID)
 	}
@@ -403,9 +404,9 @@ func sentIn(calls [][]uuid.UUID, id uuid.UUID) int {
 
 // checkKeyOrder checks that the double was sent, and accepted, each key's
 // messages in sequence order and none twice.
-func checkKeyOrder(t *testing.T, target *Target, msgs []*lease.Message) {
+func checkKeyOrder(t *testing.T, target *Target, msgs []*outboxtype.Message) {
 	t.Helper()
-	byID := make(map[uuid.UUID]*lease.Message, len(msgs))
+	byID := make(map[uuid.UUID]*outboxtype.Message, len(msgs))
 	for _, m := range msgs {
 		byID[m.ID] = m
 	}
@@ -428,7 +429,7 @@ func checkKeyOrder(t *testing.T, target *Target, msgs []*lease.Message) {
 	check("accepted", target.Received())
 }
 
-func ids(msgs []*lease.Message) []uuid.UUID {
+func ids(msgs []*outboxtype.Message) []uuid.UUID {
 	out := make([]uuid.UUID, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.ID
@@ -436,7 +437,7 @@ func ids(msgs []*lease.Message) []uuid.UUID {
 	return out
 }
 
-func checkLen(t *testing.T, msgs []*lease.Message, results []publish.Result) {
+func checkLen(t *testing.T, msgs []*outboxtype.Message, results []publish.Result) {
 	t.Helper()
 	if len(results) != len(msgs) {
 		t.Fatalf("%d results for %d messages", len(results), len(msgs))

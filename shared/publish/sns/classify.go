@@ -46,6 +46,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 )
@@ -95,7 +96,7 @@ type failure struct {
 // verdict is how a failure is answered.
 type verdict struct {
 	kind publish.Kind
-	code publish.Code
+	code outboxtype.Code
 	// isolate: the call failed as a whole because of something in one of
 	// its entries. Split the batch and send the halves, so that one bad
 	// message does not take its neighbours with it.
@@ -166,29 +167,29 @@ func codeSet(codes ...string) map[string]bool {
 func classify(f failure) verdict {
 	switch {
 	case throttlingCodes[f.code] || f.status == http.StatusTooManyRequests:
-		return verdict{kind: publish.Retryable, code: publish.CodeThrottled}
+		return verdict{kind: publish.Retryable, code: outboxtype.CodeThrottled}
 	case serviceFaultCodes[f.code] || f.status >= 500 || f.side == sideReceiver:
-		return verdict{kind: publish.Retryable, code: publish.CodeTarget5xx}
+		return verdict{kind: publish.Retryable, code: outboxtype.CodeTarget5xx}
 	case credentialRefreshCodes[f.code]:
-		return verdict{kind: publish.Retryable, code: publish.CodeAccessDenied}
+		return verdict{kind: publish.Retryable, code: outboxtype.CodeAccessDenied}
 	case accessDeniedCodes[f.code]:
-		return verdict{kind: publish.Terminal, code: publish.CodeAccessDenied}
+		return verdict{kind: publish.Terminal, code: outboxtype.CodeAccessDenied}
 	case notFoundCodes[f.code]:
-		return verdict{kind: publish.Terminal, code: publish.CodeTargetNotFound}
+		return verdict{kind: publish.Terminal, code: outboxtype.CodeTargetNotFound}
 	case invalidEntryCodes[f.code]:
-		return verdict{kind: publish.Terminal, code: publish.CodeInvalidPayload, isolate: true}
+		return verdict{kind: publish.Terminal, code: outboxtype.CodeInvalidPayload, isolate: true}
 	case tooLongCodes[f.code]:
-		return verdict{kind: publish.Terminal, code: publish.CodePayloadTooLarge, isolate: true}
+		return verdict{kind: publish.Terminal, code: outboxtype.CodePayloadTooLarge, isolate: true}
 	case f.side == sideSender:
-		return verdict{kind: publish.Terminal, code: publish.CodeTargetRejected}
+		return verdict{kind: publish.Terminal, code: outboxtype.CodeTargetRejected}
 	case f.status == http.StatusUnauthorized || f.status == http.StatusForbidden:
-		return verdict{kind: publish.Retryable, code: publish.CodeAccessDenied}
+		return verdict{kind: publish.Retryable, code: outboxtype.CodeAccessDenied}
 	case f.status == http.StatusNotFound:
-		return verdict{kind: publish.Retryable, code: publish.CodeTargetNotFound}
+		return verdict{kind: publish.Retryable, code: outboxtype.CodeTargetNotFound}
 	case f.status >= 400:
-		return verdict{kind: publish.Retryable, code: publish.CodeTargetRejected}
+		return verdict{kind: publish.Retryable, code: outboxtype.CodeTargetRejected}
 	default:
-		return verdict{kind: publish.Retryable, code: publish.CodeTarget5xx}
+		return verdict{kind: publish.Retryable, code: outboxtype.CodeTarget5xx}
 	}
 }
 
@@ -224,7 +225,7 @@ func callResult(parent context.Context, err error) (res publish.Result, isolate 
 			r, _ := publish.ContextResult(parent, err)
 			return r, false
 		}
-		return publish.Retry(publish.CodeAccessDenied, fmt.Errorf("sns: no credentials to sign the call with: %w", err), 0), false
+		return publish.Retry(outboxtype.CodeAccessDenied, fmt.Errorf("sns: no credentials to sign the call with: %w", err), 0), false
 	}
 	var f failure
 	var apiErr smithy.APIError
@@ -246,7 +247,7 @@ func callResult(parent context.Context, err error) (res publish.Result, isolate 
 	}
 	// No answer, or a success whose body could not be read.
 	if f.status < 300 && isNetworkError(err) {
-		return publish.Retry(publish.CodeNetwork, err, 0), false
+		return publish.Retry(outboxtype.CodeNetwork, err, 0), false
 	}
 	v := classify(f)
 	return v.result(err), v.isolate

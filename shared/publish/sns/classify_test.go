@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -33,78 +34,78 @@ func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		f       failure
 		kind    publish.Kind
-		code    publish.Code
+		code    outboxtype.Code
 		isolate bool
 	}{
 		// Throttling, by code or by status.
-		{failure{code: "Throttling", status: 400}, retryable, publish.CodeThrottled, false},
-		{failure{code: "ThrottlingException", status: 400}, retryable, publish.CodeThrottled, false},
-		{failure{code: "ThrottledException", status: 400}, retryable, publish.CodeThrottled, false},
-		{failure{code: "Throttled", status: 400}, retryable, publish.CodeThrottled, false},
-		{failure{code: "RequestLimitExceeded", status: 400}, retryable, publish.CodeThrottled, false},
-		{failure{code: "TooManyRequestsException", status: 400}, retryable, publish.CodeThrottled, false},
-		{failure{code: "KMSThrottling", status: 400}, retryable, publish.CodeThrottled, false},
-		{failure{status: 429}, retryable, publish.CodeThrottled, false},
-		{failure{code: "Whatever", status: 429}, retryable, publish.CodeThrottled, false},
+		{failure{code: "Throttling", status: 400}, retryable, outboxtype.CodeThrottled, false},
+		{failure{code: "ThrottlingException", status: 400}, retryable, outboxtype.CodeThrottled, false},
+		{failure{code: "ThrottledException", status: 400}, retryable, outboxtype.CodeThrottled, false},
+		{failure{code: "Throttled", status: 400}, retryable, outboxtype.CodeThrottled, false},
+		{failure{code: "RequestLimitExceeded", status: 400}, retryable, outboxtype.CodeThrottled, false},
+		{failure{code: "TooManyRequestsException", status: 400}, retryable, outboxtype.CodeThrottled, false},
+		{failure{code: "KMSThrottling", status: 400}, retryable, outboxtype.CodeThrottled, false},
+		{failure{status: 429}, retryable, outboxtype.CodeThrottled, false},
+		{failure{code: "Whatever", status: 429}, retryable, outboxtype.CodeThrottled, false},
 		// SNS's own failures.
-		{failure{code: "InternalError", status: 500}, retryable, publish.CodeTarget5xx, false},
-		{failure{code: "InternalFailure", status: 500}, retryable, publish.CodeTarget5xx, false},
-		{failure{code: "ServiceUnavailable", status: 503}, retryable, publish.CodeTarget5xx, false},
-		{failure{status: 500}, retryable, publish.CodeTarget5xx, false},
-		{failure{status: 502}, retryable, publish.CodeTarget5xx, false},
-		{failure{status: 504}, retryable, publish.CodeTarget5xx, false},
-		{failure{code: "SomethingNew", status: 503}, retryable, publish.CodeTarget5xx, false},
+		{failure{code: "InternalError", status: 500}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{code: "InternalFailure", status: 500}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{code: "ServiceUnavailable", status: 503}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{status: 500}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{status: 502}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{status: 504}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{code: "SomethingNew", status: 503}, retryable, outboxtype.CodeTarget5xx, false},
 		// Credentials that refresh.
-		{failure{code: "ExpiredToken", status: 403}, retryable, publish.CodeAccessDenied, false},
-		{failure{code: "ExpiredTokenException", status: 400}, retryable, publish.CodeAccessDenied, false},
-		{failure{code: "RequestExpired", status: 400}, retryable, publish.CodeAccessDenied, false},
+		{failure{code: "ExpiredToken", status: 403}, retryable, outboxtype.CodeAccessDenied, false},
+		{failure{code: "ExpiredTokenException", status: 400}, retryable, outboxtype.CodeAccessDenied, false},
+		{failure{code: "RequestExpired", status: 400}, retryable, outboxtype.CodeAccessDenied, false},
 		// Access denied for good.
-		{failure{code: "AuthorizationError", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "AccessDenied", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "AccessDeniedException", status: 400}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "InvalidClientTokenId", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "SignatureDoesNotMatch", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "UnrecognizedClientException", status: 400}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "InvalidSignatureException", status: 400}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "IncompleteSignature", status: 400}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "AuthFailure", status: 401}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "MissingAuthenticationToken", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "MissingAuthenticationTokenException", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "NotAuthorized", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "OptInRequired", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "InvalidSecurity", status: 403}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "KMSAccessDenied", status: 400}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "KMSDisabled", status: 400}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "KMSInvalidState", status: 400}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "KMSNotFound", status: 400}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "KMSOptInRequired", status: 403}, terminal, publish.CodeAccessDenied, false},
+		{failure{code: "AuthorizationError", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "AccessDenied", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "AccessDeniedException", status: 400}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "InvalidClientTokenId", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "SignatureDoesNotMatch", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "UnrecognizedClientException", status: 400}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "InvalidSignatureException", status: 400}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "IncompleteSignature", status: 400}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "AuthFailure", status: 401}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "MissingAuthenticationToken", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "MissingAuthenticationTokenException", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "NotAuthorized", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "OptInRequired", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "InvalidSecurity", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "KMSAccessDenied", status: 400}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "KMSDisabled", status: 400}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "KMSInvalidState", status: 400}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "KMSNotFound", status: 400}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "KMSOptInRequired", status: 403}, terminal, outboxtype.CodeAccessDenied, false},
 		// No such topic.
-		{failure{code: "NotFound", status: 404}, terminal, publish.CodeTargetNotFound, false},
-		{failure{code: "NotFoundException", status: 404}, terminal, publish.CodeTargetNotFound, false},
+		{failure{code: "NotFound", status: 404}, terminal, outboxtype.CodeTargetNotFound, false},
+		{failure{code: "NotFoundException", status: 404}, terminal, outboxtype.CodeTargetNotFound, false},
 		// The request is invalid because of some entry in it: isolate it.
-		{failure{code: "InvalidParameter", status: 400}, terminal, publish.CodeInvalidPayload, true},
-		{failure{code: "InvalidParameterValue", status: 400}, terminal, publish.CodeInvalidPayload, true},
-		{failure{code: "ParameterValueInvalid", status: 400}, terminal, publish.CodeInvalidPayload, true},
-		{failure{code: "ValidationException", status: 400}, terminal, publish.CodeInvalidPayload, true},
-		{failure{code: "BatchRequestTooLong", status: 400}, terminal, publish.CodePayloadTooLarge, true},
+		{failure{code: "InvalidParameter", status: 400}, terminal, outboxtype.CodeInvalidPayload, true},
+		{failure{code: "InvalidParameterValue", status: 400}, terminal, outboxtype.CodeInvalidPayload, true},
+		{failure{code: "ParameterValueInvalid", status: 400}, terminal, outboxtype.CodeInvalidPayload, true},
+		{failure{code: "ValidationException", status: 400}, terminal, outboxtype.CodeInvalidPayload, true},
+		{failure{code: "BatchRequestTooLong", status: 400}, terminal, outboxtype.CodePayloadTooLarge, true},
 		// Unknown whole-call errors are retryable.
-		{failure{code: "SomethingNew", status: 400}, retryable, publish.CodeTargetRejected, false},
-		{failure{code: "TooManyEntriesInBatchRequest", status: 400}, retryable, publish.CodeTargetRejected, false},
-		{failure{status: 403}, retryable, publish.CodeAccessDenied, false},
-		{failure{status: 401}, retryable, publish.CodeAccessDenied, false},
-		{failure{code: "SomethingNew", status: 403}, retryable, publish.CodeAccessDenied, false},
-		{failure{status: 404}, retryable, publish.CodeTargetNotFound, false},
-		{failure{code: "SomethingNew", status: 404}, retryable, publish.CodeTargetNotFound, false},
-		{failure{status: 200}, retryable, publish.CodeTarget5xx, false},
-		{failure{}, retryable, publish.CodeTarget5xx, false},
+		{failure{code: "SomethingNew", status: 400}, retryable, outboxtype.CodeTargetRejected, false},
+		{failure{code: "TooManyEntriesInBatchRequest", status: 400}, retryable, outboxtype.CodeTargetRejected, false},
+		{failure{status: 403}, retryable, outboxtype.CodeAccessDenied, false},
+		{failure{status: 401}, retryable, outboxtype.CodeAccessDenied, false},
+		{failure{code: "SomethingNew", status: 403}, retryable, outboxtype.CodeAccessDenied, false},
+		{failure{status: 404}, retryable, outboxtype.CodeTargetNotFound, false},
+		{failure{code: "SomethingNew", status: 404}, retryable, outboxtype.CodeTargetNotFound, false},
+		{failure{status: 200}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{}, retryable, outboxtype.CodeTarget5xx, false},
 		// Entries: SenderFault decides what the code does not.
-		{failure{code: "InternalError", side: sideReceiver}, retryable, publish.CodeTarget5xx, false},
-		{failure{code: "SomethingNew", side: sideReceiver}, retryable, publish.CodeTarget5xx, false},
-		{failure{code: "InvalidParameter", side: sideReceiver}, retryable, publish.CodeTarget5xx, false},
-		{failure{code: "Throttling", side: sideSender}, retryable, publish.CodeThrottled, false},
-		{failure{code: "InvalidParameter", side: sideSender}, terminal, publish.CodeInvalidPayload, true},
-		{failure{code: "KMSAccessDenied", side: sideSender}, terminal, publish.CodeAccessDenied, false},
-		{failure{code: "SomethingNew", side: sideSender}, terminal, publish.CodeTargetRejected, false},
+		{failure{code: "InternalError", side: sideReceiver}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{code: "SomethingNew", side: sideReceiver}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{code: "InvalidParameter", side: sideReceiver}, retryable, outboxtype.CodeTarget5xx, false},
+		{failure{code: "Throttling", side: sideSender}, retryable, outboxtype.CodeThrottled, false},
+		{failure{code: "InvalidParameter", side: sideSender}, terminal, outboxtype.CodeInvalidPayload, true},
+		{failure{code: "KMSAccessDenied", side: sideSender}, terminal, outboxtype.CodeAccessDenied, false},
+		{failure{code: "SomethingNew", side: sideSender}, terminal, outboxtype.CodeTargetRejected, false},
 	} {
 		name := fmt.Sprintf("%s/%d/%d", tc.f.code, tc.f.status, tc.f.side)
 		v := classify(tc.f)
@@ -167,45 +168,45 @@ func TestCallResult(t *testing.T) {
 		parent  context.Context
 		err     error
 		kind    publish.Kind
-		code    publish.Code
+		code    outboxtype.Code
 		isolate bool
 	}{
-		{"throttled", live, apiError(400, "Throttling"), retryable, publish.CodeThrottled, false},
-		{"429 without a code", live, statusError(429, errors.New("garbled")), retryable, publish.CodeThrottled, false},
-		{"typed exception", live, statusError(403, &types.AuthorizationErrorException{Message: aws.String("no")}), terminal, publish.CodeAccessDenied, false},
-		{"not found", live, apiError(404, "NotFound"), terminal, publish.CodeTargetNotFound, false},
-		{"invalid parameter", live, apiError(400, "InvalidParameter"), terminal, publish.CodeInvalidPayload, true},
-		{"500 garbled", live, statusError(500, errors.New("xml: syntax error")), retryable, publish.CodeTarget5xx, false},
-		{"empty error body", live, apiError(503, "UnknownError"), retryable, publish.CodeTarget5xx, false},
-		{"an answer wins over an ended context", ended, apiError(403, "AuthorizationError"), terminal, publish.CodeAccessDenied, false},
-		{"call timeout", live, sendError(fmt.Errorf("wrapped: %w", context.DeadlineExceeded)), retryable, publish.CodeTimeout, false},
-		{"invocation ended", ended, sendError(context.Canceled), retryable, publish.CodeCanceled, false},
-		{"SDK backoff cut short", live, &aws.RequestCanceledError{Err: context.DeadlineExceeded}, retryable, publish.CodeTimeout, false},
-		{"refused", live, sendError(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), retryable, publish.CodeNetwork, false},
-		{"reset", live, sendError(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), retryable, publish.CodeNetwork, false},
-		{"EOF", live, sendError(io.EOF), retryable, publish.CodeNetwork, false},
-		{"DNS", live, sendError(&net.DNSError{Err: "no such host", Name: "sns.example", IsNotFound: true}), retryable, publish.CodeNetwork, false},
-		{"body cut short on a 200", live, statusError(200, io.ErrUnexpectedEOF), retryable, publish.CodeNetwork, false},
-		{"garbled 200", live, statusError(200, &smithy.DeserializationError{Err: errors.New("bad xml")}), retryable, publish.CodeTarget5xx, false},
-		{"unknown", live, errors.New("something else"), retryable, publish.CodeTarget5xx, false},
+		{"throttled", live, apiError(400, "Throttling"), retryable, outboxtype.CodeThrottled, false},
+		{"429 without a code", live, statusError(429, errors.New("garbled")), retryable, outboxtype.CodeThrottled, false},
+		{"typed exception", live, statusError(403, &types.AuthorizationErrorException{Message: aws.String("no")}), terminal, outboxtype.CodeAccessDenied, false},
+		{"not found", live, apiError(404, "NotFound"), terminal, outboxtype.CodeTargetNotFound, false},
+		{"invalid parameter", live, apiError(400, "InvalidParameter"), terminal, outboxtype.CodeInvalidPayload, true},
+		{"500 garbled", live, statusError(500, errors.New("xml: syntax error")), retryable, outboxtype.CodeTarget5xx, false},
+		{"empty error body", live, apiError(503, "UnknownError"), retryable, outboxtype.CodeTarget5xx, false},
+		{"an answer wins over an ended context", ended, apiError(403, "AuthorizationError"), terminal, outboxtype.CodeAccessDenied, false},
+		{"call timeout", live, sendError(fmt.Errorf("wrapped: %w", context.DeadlineExceeded)), retryable, outboxtype.CodeTimeout, false},
+		{"invocation ended", ended, sendError(context.Canceled), retryable, outboxtype.CodeCanceled, false},
+		{"SDK backoff cut short", live, &aws.RequestCanceledError{Err: context.DeadlineExceeded}, retryable, outboxtype.CodeTimeout, false},
+		{"refused", live, sendError(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), retryable, outboxtype.CodeNetwork, false},
+		{"reset", live, sendError(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), retryable, outboxtype.CodeNetwork, false},
+		{"EOF", live, sendError(io.EOF), retryable, outboxtype.CodeNetwork, false},
+		{"DNS", live, sendError(&net.DNSError{Err: "no such host", Name: "sns.example", IsNotFound: true}), retryable, outboxtype.CodeNetwork, false},
+		{"body cut short on a 200", live, statusError(200, io.ErrUnexpectedEOF), retryable, outboxtype.CodeNetwork, false},
+		{"garbled 200", live, statusError(200, &smithy.DeserializationError{Err: errors.New("bad xml")}), retryable, outboxtype.CodeTarget5xx, false},
+		{"unknown", live, errors.New("something else"), retryable, outboxtype.CodeTarget5xx, false},
 
 		// No credentials: whatever the credential source said, nothing was
 		// sent, and the code is ACCESS_DENIED.
-		{"instance metadata without a role", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), retryable, publish.CodeAccessDenied, false},
-		{"instance metadata refusing", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(403))), retryable, publish.CodeAccessDenied, false},
+		{"instance metadata without a role", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), retryable, outboxtype.CodeAccessDenied, false},
+		{"instance metadata refusing", live, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(403))), retryable, outboxtype.CodeAccessDenied, false},
 		{"instance metadata unreachable", live, noCredentials(&smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata",
-			Err: &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}}), retryable, publish.CodeAccessDenied, false},
+			Err: &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}}), retryable, outboxtype.CodeAccessDenied, false},
 		{"instance metadata timing out", live, noCredentials(&smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata",
-			Err: &smithyhttp.RequestSendError{Err: timeoutError{}}}), retryable, publish.CodeAccessDenied, false},
+			Err: &smithyhttp.RequestSendError{Err: timeoutError{}}}), retryable, outboxtype.CodeAccessDenied, false},
 		{"STS refusing the role", live, noCredentials(&smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRoleWithWebIdentity",
 			Err: &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 400}},
-				Err: &smithy.GenericAPIError{Code: "InvalidIdentityToken"}}}}), retryable, publish.CodeAccessDenied, false},
-		{"container endpoint's own error", live, noCredentials(&smithy.GenericAPIError{Code: "Throttling"}), retryable, publish.CodeAccessDenied, false},
-		{"container endpoint unreachable", live, noCredentials(&smithyhttp.RequestSendError{Err: io.EOF}), retryable, publish.CodeAccessDenied, false},
-		{"empty static keys", live, noCredentials(&credentials.StaticCredentialsEmptyError{}), retryable, publish.CodeAccessDenied, false},
-		{"no credentials as the invocation ends", ended, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), retryable, publish.CodeCanceled, false},
+				Err: &smithy.GenericAPIError{Code: "InvalidIdentityToken"}}}}), retryable, outboxtype.CodeAccessDenied, false},
+		{"container endpoint's own error", live, noCredentials(&smithy.GenericAPIError{Code: "Throttling"}), retryable, outboxtype.CodeAccessDenied, false},
+		{"container endpoint unreachable", live, noCredentials(&smithyhttp.RequestSendError{Err: io.EOF}), retryable, outboxtype.CodeAccessDenied, false},
+		{"empty static keys", live, noCredentials(&credentials.StaticCredentialsEmptyError{}), retryable, outboxtype.CodeAccessDenied, false},
+		{"no credentials as the invocation ends", ended, noCredentials(fmt.Errorf("no EC2 IMDS role found, %w", metadataError(404))), retryable, outboxtype.CodeCanceled, false},
 		// What the SDK does not wrap in a type is not a credential failure.
-		{"a provider's own error", live, noCredentials(errors.New("vault unreachable")), retryable, publish.CodeTarget5xx, false},
+		{"a provider's own error", live, noCredentials(errors.New("vault unreachable")), retryable, outboxtype.CodeTarget5xx, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, isolate := callResult(tc.parent, tc.err)
@@ -223,14 +224,14 @@ func TestEntryResult(t *testing.T) {
 	t.Parallel()
 	r := entryResult(types.BatchResultErrorEntry{Id: aws.String("3"), Code: aws.String("KMSDisabled"), Message: aws.String("key disabled"), SenderFault: true})
 	var entryErr *EntryError
-	if r.Kind != terminal || r.Code != publish.CodeAccessDenied || !errors.As(r.Err, &entryErr) {
+	if r.Kind != terminal || r.Code != outboxtype.CodeAccessDenied || !errors.As(r.Err, &entryErr) {
 		t.Fatalf("%s %s %v", r.Kind, r.Code, r.Err)
 	}
 	if entryErr.Code != "KMSDisabled" || entryErr.Message != "key disabled" || !entryErr.SenderFault {
 		t.Errorf("entry error %+v", entryErr)
 	}
 	r = entryResult(types.BatchResultErrorEntry{Id: aws.String("3"), Code: aws.String("InternalError"), SenderFault: false})
-	if r.Kind != retryable || r.Code != publish.CodeTarget5xx {
+	if r.Kind != retryable || r.Code != outboxtype.CodeTarget5xx {
 		t.Errorf("InternalError without sender fault: %s %s", r.Kind, r.Code)
 	}
 }

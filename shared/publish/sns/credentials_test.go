@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
@@ -74,14 +74,14 @@ func TestNoCredentialsIsAccessDenied(t *testing.T) {
 	}
 }
 
-func checkDenied(t *testing.T, msgs []*lease.Message, results []publish.Result, kind publish.Kind) {
+func checkDenied(t *testing.T, msgs []*outboxtype.Message, results []publish.Result, kind publish.Kind) {
 	t.Helper()
 	if len(results) != len(msgs) {
 		t.Fatalf("%d results for %d messages", len(results), len(msgs))
 	}
 	for i, r := range results {
-		if r.Kind != kind || r.Code != publish.CodeAccessDenied || r.Err == nil {
-			t.Errorf("message %d: %s %s (%v), want %s %s", i, r.Kind, r.Code, r.Err, kind, publish.CodeAccessDenied)
+		if r.Kind != kind || r.Code != outboxtype.CodeAccessDenied || r.Err == nil {
+			t.Errorf("message %d: %s %s (%v), want %s %s", i, r.Kind, r.Code, r.Err, kind, outboxtype.CodeAccessDenied)
 		}
 	}
 }
@@ -227,8 +227,8 @@ func TestMissingTopicIsTargetNotFound(t *testing.T) {
 			b.fake.FailCalls(1, a.status, a.code)
 			msgs := publishtest.Messages(3, 64)
 			for i, r := range b.pub.Publish(context.Background(), msgs) {
-				if r.Kind != a.kind || r.Code != publish.CodeTargetNotFound || r.Err == nil {
-					t.Errorf("message %d: %s %s (%v), want %s %s", i, r.Kind, r.Code, r.Err, a.kind, publish.CodeTargetNotFound)
+				if r.Kind != a.kind || r.Code != outboxtype.CodeTargetNotFound || r.Err == nil {
+					t.Errorf("message %d: %s %s (%v), want %s %s", i, r.Kind, r.Code, r.Err, a.kind, outboxtype.CodeTargetNotFound)
 				}
 			}
 		})

@@ -10,8 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
-
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // The message attributes the publisher sets on every SNS message, before the
@@ -124,7 +123,7 @@ func (e *TooLargeError) Error() string {
 // encode turns one message into a PublishBatch entry (without its Id) and
 // its size as SNS counts it: the body plus each attribute's name, data type
 // and value. The error is an *InvalidMessageError or a *TooLargeError.
-func (p *Publisher) encode(m *lease.Message) (types.PublishBatchRequestEntry, int, error) {
+func (p *Publisher) encode(m *outboxtype.Message) (types.PublishBatchRequestEntry, int, error) {
 	var entry types.PublishBatchRequestEntry
 	if len(m.Payload) == 0 {
 		return entry, 0, &InvalidMessageError{Rule: RuleEmptyBody}
@@ -315,7 +314,7 @@ func validFIFOID(id string) bool {
 // by two of them would make SNS drop the second message as a duplicate —
 // silently, within its five-minute window. "|" cannot occur in a namespace
 // or topic, so the scoped form is unambiguous.
-func deduplicationID(m *lease.Message) string {
+func deduplicationID(m *outboxtype.Message) string {
 	if m.DedupeKey == "" {
 		return m.ID.String()
 	}

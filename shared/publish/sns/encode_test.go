@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -98,7 +98,7 @@ func TestFIFOIDs(t *testing.T) {
 	}
 
 	id := uuid.MustParse("01890a5d-ac96-774b-bcce-b302099a8057")
-	m := &lease.Message{ID: id, Namespace: "payments", Topic: "invoice_paid"}
+	m := &outboxtype.Message{Keys: outboxtype.Keys{ID: id, Namespace: "payments", Topic: "invoice_paid"}}
 	if got := deduplicationID(m); got != id.String() {
 		t.Errorf("without a dedupe key: %q, want the message id", got)
 	}
@@ -217,11 +217,13 @@ func BenchmarkPublishOverhead(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				msgs := make([]*lease.Message, 1000)
+				msgs := make([]*outboxtype.Message, 1000)
 				for i := range msgs {
 					id := uuid.Must(uuid.NewV7())
-					msgs[i] = &lease.Message{
-						ID: id, Namespace: "billing", Topic: "usage", TenantID: "tenant-42", DedupeKey: "usage-" + id.String(),
+					msgs[i] = &outboxtype.Message{
+						Keys: outboxtype.Keys{
+							ID: id, Namespace: "billing", Topic: "usage", TenantID: "tenant-42", DedupeKey: "usage-" + id.String(),
+						},
 						Attempt: 1, Payload: []byte(`{"tenant_id":"tenant-42","tokens_in":1200,"pad":"` + strings.Repeat("x", 440) + `"}`),
 						Headers: map[string]string{"content-kind": "usage.v1"},
 					}

@@ -8,7 +8,7 @@ import (
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
 )
@@ -55,7 +55,7 @@ func setup(t testing.TB, o setupOptions) bundle {
 
 // expectedAttributes is what the publisher must send for m, computed from
 // the documented contract rather than from the publisher's code.
-func expectedAttributes(m *lease.Message) map[string]snsfake.Attribute {
+func expectedAttributes(m *outboxtype.Message) map[string]snsfake.Attribute {
 	str := func(v string) snsfake.Attribute { return snsfake.Attribute{DataType: "String", StringValue: v} }
 	num := func(v int64) snsfake.Attribute {
 		return snsfake.Attribute{DataType: "Number", StringValue: strconv.FormatInt(v, 10)}
@@ -85,7 +85,7 @@ func expectedAttributes(m *lease.Message) map[string]snsfake.Attribute {
 }
 
 // snsSize is m's size as SNS counts it, from the expected attributes.
-func snsSize(m *lease.Message) int {
+func snsSize(m *outboxtype.Message) int {
 	n := len(m.Payload)
 	for name, a := range expectedAttributes(m) {
 		n += len(name) + len(a.DataType) + len(a.StringValue)
@@ -97,7 +97,7 @@ func snsSize(m *lease.Message) int {
 // the fake gave that very message, exactly when delivered(i); and that the
 // fake received exactly those messages, once each, with the expected body
 // and attributes.
-func checkDelivered(t *testing.T, fake *snsfake.Server, msgs []*lease.Message, results []publish.Result, delivered func(i int) bool) {
+func checkDelivered(t *testing.T, fake *snsfake.Server, msgs []*outboxtype.Message, results []publish.Result, delivered func(i int) bool) {
 	t.Helper()
 	if len(results) != len(msgs) {
 		t.Fatalf("%d results for %d messages", len(results), len(msgs))

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/moto"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
@@ -118,7 +118,7 @@ func checkAllDelivered(t *testing.T, results []publish.Result) {
 }
 
 // variedMessages covers every optional key present and absent.
-func variedMessages() []*lease.Message {
+func variedMessages() []*outboxtype.Message {
 	msgs := publishtest.Messages(14, 300)
 	msgs[1].SequenceID, msgs[1].OrderingKey = 42, "account-1"
 	msgs[2].TraceHeader = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -152,21 +152,21 @@ func (p *Publisher) FIFO() bool { return p.fifo }
 // order: delivered with the SNS MessageId as target ref, retryable,
 // terminal, or released behind an earlier message of its ordering key. See
 // the package documentation for the mapping of errors.
-func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+func (p *Publisher) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	return p.batcher.Publish(ctx, msgs)
 }
 
 // prepare encodes one message, or refuses it before any call.
-func (p *Publisher) prepare(m *lease.Message) (types.PublishBatchRequestEntry, int, *publish.Result) {
+func (p *Publisher) prepare(m *outboxtype.Message) (types.PublishBatchRequestEntry, int, *publish.Result) {
 	if m == nil {
-		r := publish.Fail(publish.CodeInvalidPayload, errors.New("sns: nil message"))
+		r := publish.Fail(outboxtype.CodeInvalidPayload, errors.New("sns: nil message"))
 		return types.PublishBatchRequestEntry{}, 0, &r
 	}
 	entry, size, err := p.encode(m)
 	if err != nil {
-		r := publish.Fail(publish.CodeInvalidPayload, err)
+		r := publish.Fail(outboxtype.CodeInvalidPayload, err)
 		if _, tooLarge := err.(*TooLargeError); tooLarge {
-			r.Code = publish.CodePayloadTooLarge
+			r.Code = outboxtype.CodePayloadTooLarge
 		}
 		return entry, 0, &r
 	}
@@ -176,7 +176,7 @@ func (p *Publisher) prepare(m *lease.Message) (types.PublishBatchRequestEntry, i
 // publishBatch makes one PublishBatch call of entries and answers each. It
 // asks the Batcher to isolate when SNS refused the call as a whole for one
 // entry it does not name (see the package doc).
-func (p *Publisher) publishBatch(ctx context.Context, _ []*lease.Message, entries []types.PublishBatchRequestEntry, results []publish.Result) (isolate bool) {
+func (p *Publisher) publishBatch(ctx context.Context, _ []*outboxtype.Message, entries []types.PublishBatchRequestEntry, results []publish.Result) (isolate bool) {
 	for j := range entries {
 		// An entry's id is its index in the call, which maps an answer
 		// back to its entry without a lookup.
@@ -187,7 +187,7 @@ func (p *Publisher) publishBatch(ctx context.Context, _ []*lease.Message, entrie
 	cancel()
 	if err != nil {
 		r, isolate := callResult(ctx, err)
-		if r.Code == publish.CodeTimeout {
+		if r.Code == outboxtype.CodeTimeout {
 			r.Err = fmt.Errorf("sns: no answer within the %s timeout: %w", p.timeout, r.Err)
 		}
 		for j := range results {
@@ -219,7 +219,7 @@ func (p *Publisher) publishBatch(ctx context.Context, _ []*lease.Message, entrie
 	}
 	for j := range results {
 		if results[j].Kind == 0 {
-			results[j] = publish.Retry(publish.CodeTarget5xx, errNoAnswer, 0)
+			results[j] = publish.Retry(outboxtype.CodeTarget5xx, errNoAnswer, 0)
 		}
 	}
 	return false

@@ -20,7 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
@@ -39,11 +39,11 @@ func TestBatchOfTenWithTwoEntryFailures(t *testing.T) {
 
 	checkDelivered(t, b.fake, msgs, results, except(3, 7))
 	var entryErr *sns.EntryError
-	if r := results[3]; r.Kind != publish.Terminal || r.Code != publish.CodeInvalidPayload ||
+	if r := results[3]; r.Kind != publish.Terminal || r.Code != outboxtype.CodeInvalidPayload ||
 		!errors.As(r.Err, &entryErr) || entryErr.Code != "InvalidParameter" || !entryErr.SenderFault {
 		t.Errorf("message 3: %s %s %v, want terminal INVALID_PAYLOAD from a sender-fault InvalidParameter", r.Kind, r.Code, r.Err)
 	}
-	if r := results[7]; r.Kind != publish.Retryable || r.Code != publish.CodeTarget5xx ||
+	if r := results[7]; r.Kind != publish.Retryable || r.Code != outboxtype.CodeTarget5xx ||
 		!errors.As(r.Err, &entryErr) || entryErr.Code != "InternalError" || entryErr.SenderFault {
 		t.Errorf("message 7: %s %s %v, want retryable TARGET_5XX from an InternalError", r.Kind, r.Code, r.Err)
 	}
@@ -59,18 +59,18 @@ func TestEntryFailureCodes(t *testing.T) {
 		code        string
 		senderFault bool
 		kind        publish.Kind
-		want        publish.Code
+		want        outboxtype.Code
 	}{
-		{"InternalError", false, publish.Retryable, publish.CodeTarget5xx},
-		{"SomethingNew", false, publish.Retryable, publish.CodeTarget5xx},
-		{"Throttling", true, publish.Retryable, publish.CodeThrottled},
-		{"KMSThrottling", true, publish.Retryable, publish.CodeThrottled},
-		{"InvalidParameter", true, publish.Terminal, publish.CodeInvalidPayload},
-		{"InvalidParameterValue", true, publish.Terminal, publish.CodeInvalidPayload},
-		{"KMSAccessDenied", true, publish.Terminal, publish.CodeAccessDenied},
-		{"KMSDisabled", true, publish.Terminal, publish.CodeAccessDenied},
-		{"AuthorizationError", true, publish.Terminal, publish.CodeAccessDenied},
-		{"SomethingNew", true, publish.Terminal, publish.CodeTargetRejected},
+		{"InternalError", false, publish.Retryable, outboxtype.CodeTarget5xx},
+		{"SomethingNew", false, publish.Retryable, outboxtype.CodeTarget5xx},
+		{"Throttling", true, publish.Retryable, outboxtype.CodeThrottled},
+		{"KMSThrottling", true, publish.Retryable, outboxtype.CodeThrottled},
+		{"InvalidParameter", true, publish.Terminal, outboxtype.CodeInvalidPayload},
+		{"InvalidParameterValue", true, publish.Terminal, outboxtype.CodeInvalidPayload},
+		{"KMSAccessDenied", true, publish.Terminal, outboxtype.CodeAccessDenied},
+		{"KMSDisabled", true, publish.Terminal, outboxtype.CodeAccessDenied},
+		{"AuthorizationError", true, publish.Terminal, outboxtype.CodeAccessDenied},
+		{"SomethingNew", true, publish.Terminal, outboxtype.CodeTargetRejected},
 	} {
 		t.Run(fmt.Sprintf("%s/senderFault=%t", tc.code, tc.senderFault), func(t *testing.T) {
 			t.Parallel()
@@ -94,21 +94,21 @@ func TestWholeCallFailures(t *testing.T) {
 		status int
 		code   string
 		kind   publish.Kind
-		want   publish.Code
+		want   outboxtype.Code
 	}{
-		{http.StatusBadRequest, "Throttling", publish.Retryable, publish.CodeThrottled},
-		{http.StatusBadRequest, "ThrottlingException", publish.Retryable, publish.CodeThrottled},
-		{http.StatusTooManyRequests, "TooManyRequestsException", publish.Retryable, publish.CodeThrottled},
-		{http.StatusInternalServerError, "InternalError", publish.Retryable, publish.CodeTarget5xx},
-		{http.StatusServiceUnavailable, "ServiceUnavailable", publish.Retryable, publish.CodeTarget5xx},
-		{http.StatusBadGateway, "", publish.Retryable, publish.CodeTarget5xx},
-		{http.StatusForbidden, "AuthorizationError", publish.Terminal, publish.CodeAccessDenied},
-		{http.StatusForbidden, "AccessDenied", publish.Terminal, publish.CodeAccessDenied},
-		{http.StatusForbidden, "InvalidClientTokenId", publish.Terminal, publish.CodeAccessDenied},
-		{http.StatusBadRequest, "KMSAccessDenied", publish.Terminal, publish.CodeAccessDenied},
-		{http.StatusForbidden, "ExpiredToken", publish.Retryable, publish.CodeAccessDenied},
-		{http.StatusNotFound, "NotFound", publish.Terminal, publish.CodeTargetNotFound},
-		{http.StatusBadRequest, "SomethingNew", publish.Retryable, publish.CodeTargetRejected},
+		{http.StatusBadRequest, "Throttling", publish.Retryable, outboxtype.CodeThrottled},
+		{http.StatusBadRequest, "ThrottlingException", publish.Retryable, outboxtype.CodeThrottled},
+		{http.StatusTooManyRequests, "TooManyRequestsException", publish.Retryable, outboxtype.CodeThrottled},
+		{http.StatusInternalServerError, "InternalError", publish.Retryable, outboxtype.CodeTarget5xx},
+		{http.StatusServiceUnavailable, "ServiceUnavailable", publish.Retryable, outboxtype.CodeTarget5xx},
+		{http.StatusBadGateway, "", publish.Retryable, outboxtype.CodeTarget5xx},
+		{http.StatusForbidden, "AuthorizationError", publish.Terminal, outboxtype.CodeAccessDenied},
+		{http.StatusForbidden, "AccessDenied", publish.Terminal, outboxtype.CodeAccessDenied},
+		{http.StatusForbidden, "InvalidClientTokenId", publish.Terminal, outboxtype.CodeAccessDenied},
+		{http.StatusBadRequest, "KMSAccessDenied", publish.Terminal, outboxtype.CodeAccessDenied},
+		{http.StatusForbidden, "ExpiredToken", publish.Retryable, outboxtype.CodeAccessDenied},
+		{http.StatusNotFound, "NotFound", publish.Terminal, outboxtype.CodeTargetNotFound},
+		{http.StatusBadRequest, "SomethingNew", publish.Retryable, outboxtype.CodeTargetRejected},
 	} {
 		for _, retries := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%d %s/sdk retries %t", tc.status, tc.code, retries), func(t *testing.T) {
@@ -154,7 +154,7 @@ func TestClientRetriesOnce(t *testing.T) {
 	b = setup(t, setupOptions{})
 	b.fake.FailCalls(2, http.StatusInternalServerError, "InternalError")
 	for i, r := range b.pub.Publish(context.Background(), msgs) {
-		if r.Kind != publish.Retryable || r.Code != publish.CodeTarget5xx {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeTarget5xx {
 			t.Errorf("message %d: %s %s, want retryable TARGET_5XX", i, r.Kind, r.Code)
 		}
 	}
@@ -176,7 +176,7 @@ func TestWholeCallInvalidParameterIsolatesTheMessage(t *testing.T) {
 
 	checkDelivered(t, b.fake, msgs, results, except(6))
 	var apiErr smithy.APIError
-	if r := results[6]; r.Kind != publish.Terminal || r.Code != publish.CodeInvalidPayload ||
+	if r := results[6]; r.Kind != publish.Terminal || r.Code != outboxtype.CodeInvalidPayload ||
 		!errors.As(r.Err, &apiErr) || apiErr.ErrorCode() != "InvalidParameter" {
 		t.Errorf("message 6: %s %s %v, want terminal INVALID_PAYLOAD carrying InvalidParameter", r.Kind, r.Code, r.Err)
 	}
@@ -199,7 +199,7 @@ func TestTopicCapLowerThanConfigured(t *testing.T) {
 	results := b.pub.Publish(context.Background(), msgs)
 
 	checkDelivered(t, b.fake, msgs, results, except(4))
-	if r := results[4]; r.Kind != publish.Terminal || r.Code != publish.CodePayloadTooLarge {
+	if r := results[4]; r.Kind != publish.Terminal || r.Code != outboxtype.CodePayloadTooLarge {
 		t.Errorf("message 4: %s %s %v, want terminal PAYLOAD_TOO_LARGE", r.Kind, r.Code, r.Err)
 	}
 	for _, c := range b.fake.Calls() {
@@ -226,7 +226,7 @@ func TestSlowTargetTimesOut(t *testing.T) {
 		t.Errorf("Publish took %s with a %s timeout", took, timeout)
 	}
 	for i, r := range results {
-		if r.Kind != publish.Retryable || r.Code != publish.CodeTimeout || !strings.Contains(fmt.Sprint(r.Err), "200ms") {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeTimeout || !strings.Contains(fmt.Sprint(r.Err), "200ms") {
 			t.Errorf("message %d: %s %s %v, want retryable TIMEOUT naming the 200ms timeout", i, r.Kind, r.Code, r.Err)
 		}
 	}
@@ -262,7 +262,7 @@ func TestInvocationEndsMidway(t *testing.T) {
 		switch {
 		case r.Kind == publish.Delivered && received[msgs[i].ID.String()]:
 			delivered++
-		case r.Kind == publish.Retryable && r.Code == publish.CodeCanceled:
+		case r.Kind == publish.Retryable && r.Code == outboxtype.CodeCanceled:
 			canceled++
 		default:
 			t.Errorf("message %d: %s %s %v (received %t)", i, r.Kind, r.Code, r.Err, received[msgs[i].ID.String()])
@@ -282,30 +282,30 @@ func TestAttributeRules(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
-		edit      func(m *lease.Message)
+		edit      func(m *outboxtype.Message)
 		rule      sns.Rule
 		attribute string
 	}{
-		{"11 attributes", func(m *lease.Message) {
+		{"11 attributes", func(m *outboxtype.Message) {
 			for i := range 4 { // 6 of the outbox's own + x-suite + 4 = 11
 				m.Headers[fmt.Sprint("h", i)] = "v"
 			}
 		}, sns.RuleTooManyAttributes, ""},
-		{"AWS. prefix", func(m *lease.Message) { m.Headers["AWS.trace"] = "v" }, sns.RuleNameReservedPrefix, "AWS.trace"},
-		{"amazon. prefix", func(m *lease.Message) { m.Headers["amazon.x"] = "v" }, sns.RuleNameReservedPrefix, "amazon.x"},
-		{"leading period", func(m *lease.Message) { m.Headers[".x"] = "v" }, sns.RuleNamePeriods, ".x"},
-		{"trailing period", func(m *lease.Message) { m.Headers["x."] = "v" }, sns.RuleNamePeriods, "x."},
-		{"consecutive periods", func(m *lease.Message) { m.Headers["a..b"] = "v" }, sns.RuleNamePeriods, "a..b"},
-		{"space in name", func(m *lease.Message) { m.Headers["a b"] = "v" }, sns.RuleNameCharacters, "a b"},
-		{"name too long", func(m *lease.Message) { m.Headers[strings.Repeat("n", 257)] = "v" }, sns.RuleNameTooLong, strings.Repeat("n", 257)},
-		{"outbox. header", func(m *lease.Message) { m.Headers["outbox.id"] = "forged" }, sns.RuleNameOutboxPrefix, "outbox.id"},
-		{"empty value", func(m *lease.Message) { m.Headers["empty"] = "" }, sns.RuleEmptyValue, "empty"},
-		{"control character", func(m *lease.Message) { m.Headers["bell"] = "ding\x07" }, sns.RuleValueCharacters, "bell"},
-		{"bad tenant", func(m *lease.Message) { m.TenantID = "t\x00" }, sns.RuleValueCharacters, "outbox.tenant_id"},
-		{"empty namespace", func(m *lease.Message) { m.Namespace = "" }, sns.RuleEmptyValue, "outbox.namespace"},
-		{"empty body", func(m *lease.Message) { m.Payload = nil }, sns.RuleEmptyBody, ""},
-		{"invalid UTF-8 body", func(m *lease.Message) { m.Payload = []byte("{\"a\":\"\xff\"}") }, sns.RuleBodyCharacters, ""},
-		{"first of two bad headers", func(m *lease.Message) { m.Headers["z z"] = "v"; m.Headers["a..a"] = "v" }, sns.RuleNamePeriods, "a..a"},
+		{"AWS. prefix", func(m *outboxtype.Message) { m.Headers["AWS.trace"] = "v" }, sns.RuleNameReservedPrefix, "AWS.trace"},
+		{"amazon. prefix", func(m *outboxtype.Message) { m.Headers["amazon.x"] = "v" }, sns.RuleNameReservedPrefix, "amazon.x"},
+		{"leading period", func(m *outboxtype.Message) { m.Headers[".x"] = "v" }, sns.RuleNamePeriods, ".x"},
+		{"trailing period", func(m *outboxtype.Message) { m.Headers["x."] = "v" }, sns.RuleNamePeriods, "x."},
+		{"consecutive periods", func(m *outboxtype.Message) { m.Headers["a..b"] = "v" }, sns.RuleNamePeriods, "a..b"},
+		{"space in name", func(m *outboxtype.Message) { m.Headers["a b"] = "v" }, sns.RuleNameCharacters, "a b"},
+		{"name too long", func(m *outboxtype.Message) { m.Headers[strings.Repeat("n", 257)] = "v" }, sns.RuleNameTooLong, strings.Repeat("n", 257)},
+		{"outbox. header", func(m *outboxtype.Message) { m.Headers["outbox.id"] = "forged" }, sns.RuleNameOutboxPrefix, "outbox.id"},
+		{"empty value", func(m *outboxtype.Message) { m.Headers["empty"] = "" }, sns.RuleEmptyValue, "empty"},
+		{"control character", func(m *outboxtype.Message) { m.Headers["bell"] = "ding\x07" }, sns.RuleValueCharacters, "bell"},
+		{"bad tenant", func(m *outboxtype.Message) { m.TenantID = "t\x00" }, sns.RuleValueCharacters, "outbox.tenant_id"},
+		{"empty namespace", func(m *outboxtype.Message) { m.Namespace = "" }, sns.RuleEmptyValue, "outbox.namespace"},
+		{"empty body", func(m *outboxtype.Message) { m.Payload = nil }, sns.RuleEmptyBody, ""},
+		{"invalid UTF-8 body", func(m *outboxtype.Message) { m.Payload = []byte("{\"a\":\"\xff\"}") }, sns.RuleBodyCharacters, ""},
+		{"first of two bad headers", func(m *outboxtype.Message) { m.Headers["z z"] = "v"; m.Headers["a..a"] = "v" }, sns.RuleNamePeriods, "a..a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -318,7 +318,7 @@ func TestAttributeRules(t *testing.T) {
 			checkDelivered(t, b.fake, msgs, results, except(5))
 			r := results[5]
 			var invalid *sns.InvalidMessageError
-			if r.Kind != publish.Terminal || r.Code != publish.CodeInvalidPayload || !errors.As(r.Err, &invalid) {
+			if r.Kind != publish.Terminal || r.Code != outboxtype.CodeInvalidPayload || !errors.As(r.Err, &invalid) {
 				t.Fatalf("%s %s %v, want terminal INVALID_PAYLOAD", r.Kind, r.Code, r.Err)
 			}
 			if invalid.Rule != tc.rule || invalid.Attribute != tc.attribute {
@@ -346,7 +346,7 @@ func TestTenAttributesAreSent(t *testing.T) {
 	m.SequenceID, m.OrderingKey, m.TraceHeader = 77, "account-9", "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
 	m.Attempt = 3
 	m.Headers["h1"] = "v1" // 8 of the outbox's own + x-suite + h1
-	msgs := []*lease.Message{m}
+	msgs := []*outboxtype.Message{m}
 	checkDelivered(t, b.fake, msgs, b.pub.Publish(context.Background(), msgs), all)
 	if got := len(b.fake.Received()[0].Attributes); got != 10 {
 		t.Errorf("%d attributes received, want 10", got)
@@ -355,7 +355,7 @@ func TestTenAttributesAreSent(t *testing.T) {
 	// Absent optional keys are not sent at all.
 	bare := publishtest.Message(1, 64)
 	bare.TenantID, bare.DedupeKey, bare.Headers = "", "", nil
-	msgs = []*lease.Message{bare}
+	msgs = []*outboxtype.Message{bare}
 	b = setup(t, setupOptions{})
 	checkDelivered(t, b.fake, msgs, b.pub.Publish(context.Background(), msgs), all)
 	if got := len(b.fake.Received()[0].Attributes); got != 4 {
@@ -411,16 +411,16 @@ func TestMessageSizeCap(t *testing.T) {
 		delivered bool
 	}{{size, true}, {size - 1, false}} {
 		b := setup(t, setupOptions{cfg: sns.Config{MaxMessageBytes: tc.cap}})
-		results := b.pub.Publish(context.Background(), []*lease.Message{m})
+		results := b.pub.Publish(context.Background(), []*outboxtype.Message{m})
 		if tc.delivered {
-			checkDelivered(t, b.fake, []*lease.Message{m}, results, all)
+			checkDelivered(t, b.fake, []*outboxtype.Message{m}, results, all)
 			if got := b.fake.Calls()[0].Bytes; got != size {
 				t.Errorf("the fake counted %d bytes, the test %d", got, size)
 			}
 			continue
 		}
 		var tooLarge *sns.TooLargeError
-		if r := results[0]; r.Kind != publish.Terminal || r.Code != publish.CodePayloadTooLarge || !errors.As(r.Err, &tooLarge) || tooLarge.Size != size {
+		if r := results[0]; r.Kind != publish.Terminal || r.Code != outboxtype.CodePayloadTooLarge || !errors.As(r.Err, &tooLarge) || tooLarge.Size != size {
 			t.Errorf("cap %d: %s %s %v, want terminal PAYLOAD_TOO_LARGE of %d bytes", tc.cap, r.Kind, r.Code, r.Err, size)
 		}
 		if n := b.fake.Requests(); n != 0 {
@@ -513,7 +513,7 @@ func TestNetworkErrors(t *testing.T) {
 	check := func(t *testing.T, results []publish.Result) {
 		t.Helper()
 		for i, r := range results {
-			if r.Kind != publish.Retryable || r.Code != publish.CodeNetwork {
+			if r.Kind != publish.Retryable || r.Code != outboxtype.CodeNetwork {
 				t.Errorf("message %d: %s %s %v, want retryable NETWORK", i, r.Kind, r.Code, r.Err)
 			}
 		}
@@ -562,7 +562,7 @@ func TestEntryMissingFromTheAnswer(t *testing.T) {
 	msgs := publishtest.Messages(4, 64)
 	b.fake.OmitMessage(snsfake.ID(msgs[2].ID))
 	results := b.pub.Publish(context.Background(), msgs)
-	if r := results[2]; r.Kind != publish.Retryable || r.Code != publish.CodeTarget5xx || r.Err == nil {
+	if r := results[2]; r.Kind != publish.Retryable || r.Code != outboxtype.CodeTarget5xx || r.Err == nil {
 		t.Errorf("message 2: %s %s %v, want retryable TARGET_5XX", r.Kind, r.Code, r.Err)
 	}
 	for _, i := range []int{0, 1, 3} {
@@ -588,7 +588,7 @@ func TestResultsFollowTheirMessages(t *testing.T) {
 	bad = append(bad, len(msgs)-1)
 	results := b.pub.Publish(context.Background(), msgs)
 	for _, i := range bad {
-		if results[i].Kind != publish.Terminal || results[i].Code != publish.CodeInvalidPayload {
+		if results[i].Kind != publish.Terminal || results[i].Code != outboxtype.CodeInvalidPayload {
 			t.Errorf("message %d: %s %s, want terminal INVALID_PAYLOAD", i, results[i].Kind, results[i].Code)
 		}
 	}
@@ -680,7 +680,7 @@ func TestIsolationReleasesTheRestOfTheBadEntrysKey(t *testing.T) {
 	results := b.pub.Publish(context.Background(), msgs)
 
 	checkDelivered(t, b.fake, msgs, results, func(i int) bool { return i == 0 || i >= len(a) })
-	if r := results[1]; r.Kind != publish.Terminal || r.Code != publish.CodeInvalidPayload {
+	if r := results[1]; r.Kind != publish.Terminal || r.Code != outboxtype.CodeInvalidPayload {
 		t.Errorf("a2: %s %s %v, want terminal INVALID_PAYLOAD", r.Kind, r.Code, r.Err)
 	}
 	for i := 2; i < len(a); i++ {

@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/retry"
 )
@@ -62,24 +63,24 @@ func classifyResponse(status int, header http.Header, head []byte, truncated boo
 	err := &StatusError{StatusCode: status, Body: snippet(head, truncated)}
 	switch {
 	case status == http.StatusRequestTimeout:
-		return publish.Retry(publish.CodeTimeout, err, retryAfter(header, now))
+		return publish.Retry(outboxtype.CodeTimeout, err, retryAfter(header, now))
 	case status == http.StatusTooManyRequests:
-		return publish.Retry(publish.CodeThrottled, err, retryAfter(header, now))
+		return publish.Retry(outboxtype.CodeThrottled, err, retryAfter(header, now))
 	case status == http.StatusTooEarly, status >= 500 && status <= 599:
-		return publish.Retry(publish.CodeTarget5xx, err, retryAfter(header, now))
+		return publish.Retry(outboxtype.CodeTarget5xx, err, retryAfter(header, now))
 	case status == http.StatusUnauthorized, status == http.StatusForbidden:
-		return publish.Fail(publish.CodeAccessDenied, err)
+		return publish.Fail(outboxtype.CodeAccessDenied, err)
 	case status == http.StatusNotFound, status == http.StatusGone:
-		return publish.Fail(publish.CodeTargetNotFound, err)
+		return publish.Fail(outboxtype.CodeTargetNotFound, err)
 	case status >= 400 && status <= 499:
-		return publish.Fail(publish.CodeTargetRejected, err)
+		return publish.Fail(outboxtype.CodeTargetRejected, err)
 	case status >= 300 && status <= 399:
 		err.Location = snippet([]byte(header.Get("Location")), false)
-		return publish.Fail(publish.CodeTargetRejected, err)
+		return publish.Fail(outboxtype.CodeTargetRejected, err)
 	}
 	// 1xx reaching us, or a code outside HTTP's range: something between us
 	// and the receiver misbehaved; nothing says the message was refused.
-	return publish.Retry(publish.CodeTarget5xx, err, 0)
+	return publish.Retry(outboxtype.CodeTarget5xx, err, 0)
 }
 
 // retryAfter reads a Retry-After header, delta-seconds or an HTTP-date
@@ -162,7 +163,7 @@ func (p *Publisher) classifyTransportError(parent context.Context, err error) pu
 		cause = urlErr.Err
 	}
 	if r, ok := publish.ContextResult(parent, cause); ok {
-		if r.Code == publish.CodeTimeout {
+		if r.Code == outboxtype.CodeTimeout {
 			r.Err = p.errorf("no answer within %s: %w", p.timeout, cause)
 		} else {
 			r.Err = p.errorf("%w", r.Err)
@@ -170,9 +171,9 @@ func (p *Publisher) classifyTransportError(parent context.Context, err error) pu
 		return r
 	}
 	if isCertificateError(cause) {
-		return publish.Retry(publish.CodeNetwork, p.errorf("the target's TLS certificate was rejected: %w", cause), 0)
+		return publish.Retry(outboxtype.CodeNetwork, p.errorf("the target's TLS certificate was rejected: %w", cause), 0)
 	}
-	return publish.Retry(publish.CodeNetwork, p.errorf("%w", cause), 0)
+	return publish.Retry(outboxtype.CodeNetwork, p.errorf("%w", cause), 0)
 }
 
 // isCertificateError reports whether err is the dispatcher refusing the

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 )
@@ -72,16 +72,16 @@ func readAll(r *http.Request) []byte {
 }
 
 // publishOneMessage publishes m alone and returns its result.
-func publishOneMessage(t testing.TB, p *Publisher, m *lease.Message) publish.Result {
+func publishOneMessage(t testing.TB, p *Publisher, m *outboxtype.Message) publish.Result {
 	t.Helper()
-	results := p.Publish(t.Context(), []*lease.Message{m})
+	results := p.Publish(t.Context(), []*outboxtype.Message{m})
 	if len(results) != 1 {
 		t.Fatalf("%d results for one message", len(results))
 	}
 	return results[0]
 }
 
-func testMessage() *lease.Message { return publishtest.Message(0, 64) }
+func testMessage() *outboxtype.Message { return publishtest.Message(0, 64) }
 
 // fixedClock pins the publisher's clock, so Retry-After dates and
 // timestamps are exact.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 )
 
@@ -53,7 +53,7 @@ func TestNoGoroutineLeaks(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		for _, r := range p.Publish(ctx, publishtest.Messages(5, 64)) {
-			if r.Code != publish.CodeCanceled {
+			if r.Code != outboxtype.CodeCanceled {
 				t.Fatalf("canceled caller: %s %s", r.Kind, r.Code)
 			}
 		}

@@ -15,7 +15,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
 
@@ -198,7 +198,7 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // Publish POSTs each message, up to Concurrency at once, each ordering
 // key's one after another in sequence order (see publish.Publisher), and
 // returns one result per message, in order.
-func (p *Publisher) Publish(ctx context.Context, msgs []*lease.Message) []publish.Result {
+func (p *Publisher) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	return p.batcher.Publish(ctx, msgs)
 }
 
@@ -212,14 +212,14 @@ const (
 
 // encode is a message's request body, the envelope, or its refusal before
 // any request.
-func (p *Publisher) encode(m *lease.Message) ([]byte, int, *publish.Result) {
+func (p *Publisher) encode(m *outboxtype.Message) ([]byte, int, *publish.Result) {
 	refuse := func(r publish.Result) ([]byte, int, *publish.Result) { return nil, 0, &r }
 	if len(m.Payload) > p.maxBody {
 		return refuse(p.tooLarge(len(m.Payload), "payload"))
 	}
 	body, err := publish.EncodeEnvelope(m)
 	if err != nil {
-		return refuse(publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("webhook: encode the envelope: %w", err)))
+		return refuse(publish.Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("webhook: encode the envelope: %w", err)))
 	}
 	if len(body) > p.maxBody {
 		return refuse(p.tooLarge(len(body), "envelope"))
@@ -228,7 +228,7 @@ func (p *Publisher) encode(m *lease.Message) ([]byte, int, *publish.Result) {
 }
 
 // post is the Batcher's call: one request, one message.
-func (p *Publisher) post(ctx context.Context, msgs []*lease.Message, bodies [][]byte, results []publish.Result) bool {
+func (p *Publisher) post(ctx context.Context, msgs []*outboxtype.Message, bodies [][]byte, results []publish.Result) bool {
 	results[0] = p.postOne(ctx, msgs[0], bodies[0])
 	return false
 }
@@ -236,12 +236,12 @@ func (p *Publisher) post(ctx context.Context, msgs []*lease.Message, bodies [][]
 // postOne signs and POSTs one body. It signs at sending time, not at
 // encoding time, so the timestamp a receiver checks for freshness is the
 // request's own.
-func (p *Publisher) postOne(ctx context.Context, m *lease.Message, body []byte) publish.Result {
+func (p *Publisher) postOne(ctx context.Context, m *outboxtype.Message, body []byte) publish.Result {
 	key := m.StableKey()
 	sentAt := p.now()
 	signature, err := p.signer.Sign(key, sentAt, body)
 	if err != nil {
-		return publish.Fail(publish.CodeInvalidPayload, fmt.Errorf("webhook: sign: %w", err))
+		return publish.Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("webhook: sign: %w", err))
 	}
 	header := p.header(m, key, sentAt, signature)
 
@@ -261,13 +261,13 @@ func (p *Publisher) postOne(ctx context.Context, m *lease.Message, body []byte) 
 }
 
 func (p *Publisher) tooLarge(size int, what string) publish.Result {
-	return publish.Fail(publish.CodePayloadTooLarge,
+	return publish.Fail(outboxtype.CodePayloadTooLarge,
 		fmt.Errorf("webhook: the %s is %d bytes, over the target's cap of %d; not sent", what, size, p.maxBody))
 }
 
 // header is a request's header: the message's own headers, then the static
 // ones over them, then the protocol's over everything.
-func (p *Publisher) header(m *lease.Message, key string, sentAt time.Time, signature string) http.Header {
+func (p *Publisher) header(m *outboxtype.Message, key string, sentAt time.Time, signature string) http.Header {
 	h := make(http.Header, len(m.Headers)+len(p.staticHdr)+6)
 	for name, value := range m.Headers {
 		if !validHeaderName(name) || !validHeaderValue(value) {

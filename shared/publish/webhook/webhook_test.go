@@ -22,7 +22,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 )
@@ -35,39 +35,39 @@ func TestStatusMapping(t *testing.T) {
 		status     int
 		header     map[string]string
 		kind       publish.Kind
-		code       publish.Code
+		code       outboxtype.Code
 		ref        string
 		retryAfter time.Duration
 	}{
 		{name: "200 delivered", status: 200, kind: publish.Delivered, ref: "HTTP 200"},
 		{name: "204 delivered", status: 204, kind: publish.Delivered, ref: "HTTP 204"},
-		{name: "409 terminal", status: 409, kind: publish.Terminal, code: publish.CodeTargetRejected},
-		{name: "400 terminal", status: 400, kind: publish.Terminal, code: publish.CodeTargetRejected},
-		{name: "422 terminal", status: 422, kind: publish.Terminal, code: publish.CodeTargetRejected},
-		{name: "404 not found", status: 404, kind: publish.Terminal, code: publish.CodeTargetNotFound},
-		{name: "410 gone", status: 410, kind: publish.Terminal, code: publish.CodeTargetNotFound},
-		{name: "401 denied", status: 401, kind: publish.Terminal, code: publish.CodeAccessDenied},
-		{name: "403 denied", status: 403, kind: publish.Terminal, code: publish.CodeAccessDenied},
-		{name: "408 timeout", status: 408, kind: publish.Retryable, code: publish.CodeTimeout},
-		{name: "425 too early", status: 425, kind: publish.Retryable, code: publish.CodeTarget5xx},
+		{name: "409 terminal", status: 409, kind: publish.Terminal, code: outboxtype.CodeTargetRejected},
+		{name: "400 terminal", status: 400, kind: publish.Terminal, code: outboxtype.CodeTargetRejected},
+		{name: "422 terminal", status: 422, kind: publish.Terminal, code: outboxtype.CodeTargetRejected},
+		{name: "404 not found", status: 404, kind: publish.Terminal, code: outboxtype.CodeTargetNotFound},
+		{name: "410 gone", status: 410, kind: publish.Terminal, code: outboxtype.CodeTargetNotFound},
+		{name: "401 denied", status: 401, kind: publish.Terminal, code: outboxtype.CodeAccessDenied},
+		{name: "403 denied", status: 403, kind: publish.Terminal, code: outboxtype.CodeAccessDenied},
+		{name: "408 timeout", status: 408, kind: publish.Retryable, code: outboxtype.CodeTimeout},
+		{name: "425 too early", status: 425, kind: publish.Retryable, code: outboxtype.CodeTarget5xx},
 		{name: "429 retry-after seconds", status: 429, header: map[string]string{"Retry-After": "7"},
-			kind: publish.Retryable, code: publish.CodeThrottled, retryAfter: 7 * time.Second},
+			kind: publish.Retryable, code: outboxtype.CodeThrottled, retryAfter: 7 * time.Second},
 		{name: "429 retry-after date", status: 429,
 			header: map[string]string{"Retry-After": clock.Add(90 * time.Second).Format(http.TimeFormat)},
-			kind:   publish.Retryable, code: publish.CodeThrottled, retryAfter: 90 * time.Second},
+			kind:   publish.Retryable, code: outboxtype.CodeThrottled, retryAfter: 90 * time.Second},
 		{name: "429 retry-after absurd", status: 429, header: map[string]string{"Retry-After": "99999999999999999999"},
-			kind: publish.Retryable, code: publish.CodeThrottled, retryAfter: 24 * time.Hour},
+			kind: publish.Retryable, code: outboxtype.CodeThrottled, retryAfter: 24 * time.Hour},
 		{name: "429 retry-after garbage", status: 429, header: map[string]string{"Retry-After": "soon"},
-			kind: publish.Retryable, code: publish.CodeThrottled},
-		{name: "500 retryable", status: 500, kind: publish.Retryable, code: publish.CodeTarget5xx},
+			kind: publish.Retryable, code: outboxtype.CodeThrottled},
+		{name: "500 retryable", status: 500, kind: publish.Retryable, code: outboxtype.CodeTarget5xx},
 		{name: "503 retry-after", status: 503, header: map[string]string{"Retry-After": "120"},
-			kind: publish.Retryable, code: publish.CodeTarget5xx, retryAfter: 2 * time.Minute},
+			kind: publish.Retryable, code: outboxtype.CodeTarget5xx, retryAfter: 2 * time.Minute},
 		{name: "301 not followed", status: 301, header: map[string]string{"Location": "/elsewhere"},
-			kind: publish.Terminal, code: publish.CodeTargetRejected},
+			kind: publish.Terminal, code: outboxtype.CodeTargetRejected},
 		{name: "307 not followed", status: 307, header: map[string]string{"Location": "/elsewhere"},
-			kind: publish.Terminal, code: publish.CodeTargetRejected},
+			kind: publish.Terminal, code: outboxtype.CodeTargetRejected},
 		{name: "400 ignores retry-after", status: 400, header: map[string]string{"Retry-After": "30"},
-			kind: publish.Terminal, code: publish.CodeTargetRejected},
+			kind: publish.Terminal, code: outboxtype.CodeTargetRejected},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,7 +141,7 @@ func TestRedirectNotFollowedWithAGivenClient(t *testing.T) {
 	}
 	t.Cleanup(client.CloseIdleConnections)
 	r := publishOneMessage(t, p, testMessage())
-	if r.Kind != publish.Terminal || r.Code != publish.CodeTargetRejected {
+	if r.Kind != publish.Terminal || r.Code != outboxtype.CodeTargetRejected {
 		t.Errorf("got %s %s %v, want terminal TARGET_REJECTED", r.Kind, r.Code, r.Err)
 	}
 	if followed.Load() != 0 {
@@ -165,7 +165,7 @@ func TestDroppedConnectionIsRetryableNetwork(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := newTestPublisher(t, srv.URL, nil)
 	r := publishOneMessage(t, p, testMessage())
-	if r.Kind != publish.Retryable || r.Code != publish.CodeNetwork || r.Err == nil {
+	if r.Kind != publish.Retryable || r.Code != outboxtype.CodeNetwork || r.Err == nil {
 		t.Errorf("got %s %s %v, want retryable NETWORK", r.Kind, r.Code, r.Err)
 	}
 }
@@ -180,7 +180,7 @@ func TestConnectionRefusedIsRetryableNetwork(t *testing.T) {
 	l.Close() // nothing listens there now
 	p := newTestPublisher(t, "http://"+addr+"/hook?token=s3cr3t", nil)
 	r := publishOneMessage(t, p, testMessage())
-	if r.Kind != publish.Retryable || r.Code != publish.CodeNetwork {
+	if r.Kind != publish.Retryable || r.Code != outboxtype.CodeNetwork {
 		t.Fatalf("got %s %s %v, want retryable NETWORK", r.Kind, r.Code, r.Err)
 	}
 	if strings.Contains(r.Err.Error(), "s3cr3t") {
@@ -197,7 +197,7 @@ func TestUntrustedCertificateIsRetryableNetworkAndSaysSo(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := newTestPublisher(t, srv.URL, nil) // the built client does not trust the test CA
 	r := publishOneMessage(t, p, testMessage())
-	if r.Kind != publish.Retryable || r.Code != publish.CodeNetwork {
+	if r.Kind != publish.Retryable || r.Code != outboxtype.CodeNetwork {
 		t.Fatalf("got %s %s %v, want retryable NETWORK", r.Kind, r.Code, r.Err)
 	}
 	if !isCertificateError(r.Err) || !strings.Contains(r.Err.Error(), "certificate was rejected") {
@@ -233,7 +233,7 @@ func TestTimeoutIsRetryableWithinTheConfiguredTimeout(t *testing.T) {
 	results := p.Publish(t.Context(), publishtest.Messages(3, 64))
 	took := time.Since(start)
 	for i, r := range results {
-		if r.Kind != publish.Retryable || r.Code != publish.CodeTimeout {
+		if r.Kind != publish.Retryable || r.Code != outboxtype.CodeTimeout {
 			t.Errorf("message %d: %s %s %v, want retryable TIMEOUT", i, r.Kind, r.Code, r.Err)
 		} else if !strings.Contains(r.Err.Error(), "no answer within 150ms") {
 			t.Errorf("message %d: error %q does not say how long it waited", i, r.Err)
@@ -257,8 +257,8 @@ func TestCallerContextEndingIsCanceled(t *testing.T) {
 	p := newTestPublisher(t, srv.URL, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() { <-arrived; cancel() }()
-	r := p.Publish(ctx, []*lease.Message{testMessage()})[0]
-	if r.Kind != publish.Retryable || r.Code != publish.CodeCanceled {
+	r := p.Publish(ctx, []*outboxtype.Message{testMessage()})[0]
+	if r.Kind != publish.Retryable || r.Code != outboxtype.CodeCanceled {
 		t.Errorf("got %s %s %v, want retryable CANCELED", r.Kind, r.Code, r.Err)
 	}
 }
@@ -422,8 +422,8 @@ func TestOversizeAndInvalidPayloadsAreNeverSent(t *testing.T) {
 	invalid.Payload = []byte(`{"unterminated":`)
 	fits := publishtest.Message(3, 64)
 
-	results := p.Publish(t.Context(), []*lease.Message{payloadOver, envelopeOver, invalid, fits})
-	for i, want := range []publish.Code{publish.CodePayloadTooLarge, publish.CodePayloadTooLarge, publish.CodeInvalidPayload} {
+	results := p.Publish(t.Context(), []*outboxtype.Message{payloadOver, envelopeOver, invalid, fits})
+	for i, want := range []outboxtype.Code{outboxtype.CodePayloadTooLarge, outboxtype.CodePayloadTooLarge, outboxtype.CodeInvalidPayload} {
 		if r := results[i]; r.Kind != publish.Terminal || r.Code != want || r.Err == nil {
 			t.Errorf("message %d: %s %s %v, want terminal %s", i, r.Kind, r.Code, r.Err, want)
 		}
@@ -513,7 +513,7 @@ func TestConnectionsAreReused(t *testing.T) {
 func checkAllAnswered(t *testing.T, results []publish.Result) {
 	t.Helper()
 	for i, r := range results {
-		if r.Code == publish.CodeNetwork || r.Code == publish.CodeTimeout || r.Kind == 0 {
+		if r.Code == outboxtype.CodeNetwork || r.Code == outboxtype.CodeTimeout || r.Kind == 0 {
 			t.Errorf("message %d: %s %s %v", i, r.Kind, r.Code, r.Err)
 		}
 	}

@@ -235,7 +235,7 @@ func TestLevelNamesAreLambdas(t *testing.T) {
 	}
 }
 
-// claimedMessage is shaped like lease.Message: logging one whole must not
+// claimedMessage is shaped like outboxtype.Message: logging one whole must not
 // carry its payload or its headers' credentials into the log.
 type claimedMessage struct {
 	ID      string

@@ -293,7 +293,7 @@ func attributeOf(value any) attribute {
 	case uuid.UUID:
 		return attribute{kind: attributeString, text: v.String()}
 	}
-	// Named types (a publish.Code, a lease.Outcome) and the other sizes.
+	// Named types (an outboxtype.Code, an outboxtype.Outcome) and the other sizes.
 	rv := reflect.ValueOf(value)
 	switch rv.Kind() {
 	case reflect.String:

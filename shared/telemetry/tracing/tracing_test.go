@@ -21,11 +21,12 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
 )
 
-// code is a named string type, as publish.Code is.
+// code is a named string type, as outboxtype.Code is.
 type code string
 
 func TestSpansAreSubsegmentsOfTheLambdaFacade(t *testing.T) {
@@ -137,7 +138,7 @@ func TestQueriesAreSubsegmentsWithoutTheirParameters(t *testing.T) {
 	if msgs[0].TraceHeader != wantHeader {
 		t.Errorf("the claimed message carries the trace header %q, want the producer's %q", msgs[0].TraceHeader, wantHeader)
 	}
-	if _, err := store.CompleteBatch(inv.ctx, "w-1", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: lease.Dispatched}}); err != nil {
+	if _, err := store.CompleteBatch(inv.ctx, "w-1", []lease.Result{{ID: msgs[0].ID, LeaseToken: msgs[0].LeaseToken, Outcome: outboxtype.OutcomeDispatched}}); err != nil {
 		t.Fatal(err)
 	}
 	// A failing query is marked failed.

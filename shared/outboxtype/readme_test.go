@@ -1,11 +1,11 @@
-package publish_test
+package outboxtype_test
 
 import (
 	"os"
 	"strings"
 	"testing"
 
-	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // Every code an operator can meet is explained in the README's error table.
@@ -15,7 +15,7 @@ func TestREADMEExplainsEveryCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range publish.Codes {
+	for _, c := range outboxtype.Codes {
 		if !strings.Contains(string(raw), "| `"+string(c)+"` |") {
 			t.Errorf("README.md's error table does not explain %s", c)
 		}
