@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -80,7 +81,7 @@ func BenchmarkDispatchDrain(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		var sum dispatchSummary
+		var sum dispatch.Summary
 		if err := f.InvokeJSON(context.Background(), []byte(`{}`), 4*time.Minute, &sum); err != nil {
 			b.Fatal(err)
 		}

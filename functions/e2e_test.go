@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -170,19 +171,6 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-type dispatchSummary struct {
-	WorkerID   string `json:"worker_id"`
-	Batches    int    `json:"batches"`
-	Claimed    int    `json:"claimed"`
-	Delivered  int    `json:"delivered"`
-	Retried    int    `json:"retried"`
-	Dead       int    `json:"dead"`
-	LeaseLost  int    `json:"lease_lost"`
-	Held       int    `json:"held"`
-	DurationMS int64  `json:"duration_ms"`
-	StoppedBy  string `json:"stopped_by"`
-}
-
 // emfValues sums every value of each metric (by name and TargetType) in
 // the function's EMF documents.
 func emfValues(t *testing.T, stdout string) map[string]float64 {
@@ -237,7 +225,7 @@ func TestDispatchDeliversAndDeadLetters(t *testing.T) {
 	})
 	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+snk.routes(), "OUTBOX_BATCH_SIZE=100")...)
 
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 	if sum.StoppedBy != "drained" || sum.Claimed != 300 || sum.Delivered != 292 || sum.Dead != 5 || sum.Retried != 3 || sum.LeaseLost != 0 {
 		t.Fatalf("summary %+v, want 292 delivered, 5 poison dead and 3 unrouted held, drained", sum)
@@ -351,7 +339,7 @@ func TestDispatchStopsBeforeTheDeadline(t *testing.T) {
 	}
 	const budget = 3 * time.Second
 	deadline := time.Now().Add(budget)
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), budget, &sum)
 	if time.Now().After(deadline) {
 		t.Fatalf("answered %s after the deadline", time.Since(deadline))
@@ -437,7 +425,7 @@ func TestCrashedDispatchIsRepairedByTheReaper(t *testing.T) {
 		t.Fatalf("%d ZOMBIE_REQUEUE attempts, want %d", n, leased)
 	}
 
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, start(t, "dispatch", envs...), event(t, "dispatch-schedule.json"), 50*time.Second, &sum)
 	if sum.Delivered != 400 || sum.StoppedBy != "drained" {
 		t.Fatalf("dispatch after repair: %+v, want all 400 delivered", sum)
@@ -465,7 +453,7 @@ func TestConcurrentDispatchersDeliverEachMessageOnce(t *testing.T) {
 		}
 		fns = append(fns, fn)
 	}
-	sums := make([]dispatchSummary, len(fns))
+	sums := make([]dispatch.Summary, len(fns))
 	var wg sync.WaitGroup
 	for i, fn := range fns {
 		wg.Add(1)
@@ -507,7 +495,7 @@ func TestReplayDryRunThenMove(t *testing.T) {
 		}
 		return m
 	})
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, start(t, "dispatch", env(db, "OUTBOX_ROUTES="+snk.routes())...), event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 	if sum.Dead != 10 {
 		t.Fatalf("setup: %+v, want 10 dead", sum)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
@@ -139,7 +140,7 @@ func TestLogsNeverCarryPayloadsOrPasswords(t *testing.T) {
 	envs := []string{"OUTBOX_DATABASE_URL=" + urlWithPassword, "OUTBOX_TRACING=off", "OUTBOX_LOG_LEVEL=debug",
 		"OUTBOX_ROUTES=" + snk.routes(), "SINK_SECRET=" + sinkSecret}
 	fn := start(t, "dispatch", envs...)
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 20*time.Second, &sum)
 	if sum.Dead == 0 {
 		t.Fatal("no dead letters: the test would not see error logging")

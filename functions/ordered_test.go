@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/awstest/moto"
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/publish"
@@ -75,7 +76,7 @@ func TestOneInvocationDeliversOrderedKeysToSNSFIFO(t *testing.T) {
 		"target":{"type":"sns","topic_arn":%q,"timeout":"60s"}}]}`, aws.ToString(topic.TopicArn))
 	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+routes, "AWS_ENDPOINT_URL="+srv.URL)...)
 
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 50*time.Second, &sum)
 	if sum.Delivered != 60 || sum.Dead != 0 || sum.Retried != 0 || sum.StoppedBy != "drained" {
 		t.Fatalf("one invocation: %+v, want all 60 delivered and drained\n%s", sum, fn.Stderr())
@@ -188,7 +189,7 @@ func TestRunFailingAtItsKthMessageKeepsTheKeysOrder(t *testing.T) {
 	enqueue(t, db.Pool, 15, paymentsOf("acct-1"))
 	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+rcv.routes(""))...)
 
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	for range 5 {
 		invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 		if count(t, db.Pool, `SELECT count(*) FROM outbox.pending`) == 0 {
@@ -230,7 +231,7 @@ func TestUndecodableMessageFailsAloneInItsBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+rcv.routes(""), "OUTBOX_BATCH_SIZE=10")...)
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 	if sum.Delivered != 9 || sum.Dead != 1 || sum.StoppedBy != "drained" {
 		t.Fatalf("%+v, want 9 delivered and the undecodable one dead\n%s", sum, fn.Stdout())
@@ -262,7 +263,7 @@ func TestHugePayloadsNeverReachTheFunctionsMemory(t *testing.T) {
 		}
 	}
 	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+rcv.routes(""))...)
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 	if sum.Delivered != 20 || sum.Dead != 20 {
 		t.Fatalf("%+v, want the 20 small ones delivered and the 20 huge ones dead", sum)
@@ -317,7 +318,7 @@ func TestEachMessageRecordsItsOwnLatency(t *testing.T) {
 		return m
 	})
 	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+rcv.routes(""))...)
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 	if sum.Delivered != 40 {
 		t.Fatalf("%+v", sum)
@@ -365,7 +366,7 @@ func TestImmediateFailureBesideASlowCallRecordsItsOwnLatency(t *testing.T) {
 	// One claim takes all ten, so that the 503 and the slow call are in
 	// one group, to one target, in one invocation.
 	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+rcv.routes(""), "OUTBOX_BATCH_SIZE=10")...)
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 	if sum.Retried < 1 {
 		t.Fatalf("%+v, want the refused message retried", sum)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
 	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
@@ -110,7 +111,7 @@ func TestDispatchIsTracedAndCarriesTheProducersTrace(t *testing.T) {
 	)
 	const invocationTrace = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
 	fn.SetTraceHeader(invocationTrace)
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 	if sum.Delivered != 3 {
 		t.Fatalf("summary %+v, want the 3 messages delivered\n%s", sum, fn.Stdout())
@@ -166,7 +167,7 @@ func TestTracingOffSendsNothing(t *testing.T) {
 	enqueue(t, db.Pool, 5, usage)
 	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+snk.routes(), "AWS_XRAY_DAEMON_ADDRESS="+daemon.conn.LocalAddr().String())...)
 	fn.SetTraceHeader(lambdatest.DefaultTraceHeader)
-	var sum dispatchSummary
+	var sum dispatch.Summary
 	invoke(t, fn, event(t, "dispatch-schedule.json"), 30*time.Second, &sum)
 	time.Sleep(200 * time.Millisecond)
 	daemon.mu.Lock()

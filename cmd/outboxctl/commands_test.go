@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
@@ -217,12 +218,9 @@ func TestDeadListAndShow(t *testing.T) {
 	show := cli(t, env, "dead", "show", ids[0].String())
 	show.wantOK(t, "dead show", "DEAD since", "billing/usage_snapshot", "dedupe key", "headers", "schema: usage/v1",
 		"payload", `"tokens"`, "attempts (1, oldest first)", "FAILED", "dispatch:test", "usage-webhook", "12ms")
-	var doc struct {
-		Message  lease.StoredMessage `json:"message"`
-		Attempts []lease.Attempt     `json:"attempts"`
-	}
+	var doc shownMessage
 	sj := cli(t, env, "dead", "show", ids[0].String(), "--json")
-	if err := json.Unmarshal([]byte(sj.out), &doc); err != nil || doc.Message.State != "dead" || len(doc.Attempts) != 1 || doc.Attempts[0].State != "FAILED" {
+	if err := json.Unmarshal([]byte(sj.out), &doc); err != nil || doc.Message == nil || doc.Message.State != "dead" || len(doc.Attempts) != 1 || doc.Attempts[0].State != "FAILED" {
 		t.Fatalf("dead show --json: %v %+v", err, doc)
 	}
 	// A pending message can be shown too.
@@ -316,12 +314,7 @@ func TestInvoke(t *testing.T) {
 	enqueueMessages(t, d.Pool, outbox.Message{Namespace: "billing", Topic: "usage_snapshot", Payload: json.RawMessage(`{"poison":true}`)})
 	env := db(d.URL, "OUTBOX_ROUTES", routesTo(url), "SINK_SECRET", testSecret, "OUTBOX_LOG_LEVEL", "error")
 
-	var sum struct {
-		Claimed   int    `json:"claimed"`
-		Delivered int    `json:"delivered"`
-		Dead      int    `json:"dead"`
-		StoppedBy string `json:"stopped_by"`
-	}
+	var sum dispatch.Summary
 	r := cli(t, env, "invoke", "dispatch")
 	if err := json.Unmarshal([]byte(lastJSON(r.out)), &sum); r.err != nil || err != nil {
 		t.Fatalf("invoke dispatch: %v %v\n%s", r.err, err, r.out)

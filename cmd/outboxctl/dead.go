@@ -90,6 +90,13 @@ func newDeadListCommand(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
+// shownMessage is dead show --json: the message (null once it has left
+// the outbox) and every recorded attempt.
+type shownMessage struct {
+	Message  *lease.StoredMessage `json:"message"`
+	Attempts []lease.Attempt      `json:"attempts"`
+}
+
 // printDeadLetters is the dead-letter table of `dead list`, `replay` and
 // the demo.
 func printDeadLetters(w io.Writer, letters lease.DeadLetters, now time.Time) {
@@ -144,10 +151,7 @@ operator and reason).`,
 				return fmt.Errorf("no message %s: not pending, not dead, and no attempts recorded (delivered before the attempts retention, or never enqueued)", id)
 			}
 			if asJSON {
-				doc := struct {
-					Message  *lease.StoredMessage `json:"message"`
-					Attempts []lease.Attempt      `json:"attempts"`
-				}{Attempts: attempts}
+				doc := shownMessage{Attempts: attempts}
 				if found {
 					doc.Message = &msg
 				}

@@ -14,21 +14,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lambdatest"
 )
-
-// dispatchSummary is the dispatch function's answer (DESIGN.md §4).
-type dispatchSummary struct {
-	WorkerID   string `json:"worker_id"`
-	Batches    int    `json:"batches"`
-	Claimed    int    `json:"claimed"`
-	Delivered  int    `json:"delivered"`
-	Retried    int    `json:"retried"`
-	Dead       int    `json:"dead"`
-	LeaseLost  int    `json:"lease_lost"`
-	DurationMS int64  `json:"duration_ms"`
-	StoppedBy  string `json:"stopped_by"`
-}
 
 // FleetCounts sum what the functions answered and what happened to them.
 type FleetCounts struct {
@@ -230,7 +218,7 @@ func (f *fleet) dispatchLoop(ctx context.Context, w *worker) {
 			f.inflight.add(&f.inflight.orphans, f.leasedBy(ctx, w.name))
 			time.Sleep(time.Duration(100+rand.IntN(200)) * time.Millisecond)
 		default:
-			var s dispatchSummary
+			var s dispatch.Summary
 			if err := json.Unmarshal(resp.Body, &s); err != nil {
 				f.log("%s: undecodable answer %q", w.name, resp.Body)
 				continue
@@ -242,15 +230,15 @@ func (f *fleet) dispatchLoop(ctx context.Context, w *worker) {
 				c.Dead += int64(s.Dead)
 				c.LeaseLost += int64(s.LeaseLost)
 				switch s.StoppedBy {
-				case "drained":
+				case dispatch.StoppedDrained:
 					c.StoppedDrained++
-				case "deadline":
+				case dispatch.StoppedDeadline:
 					c.StoppedDeadline++
-				case "max_batches":
+				case dispatch.StoppedMaxBatches:
 					c.StoppedMax++
 				}
 			})
-			if s.StoppedBy == "drained" {
+			if s.StoppedBy == dispatch.StoppedDrained {
 				// The next schedule tick.
 				time.Sleep(f.cfg.Tick/2 + rand.N(f.cfg.Tick))
 			}

@@ -104,19 +104,9 @@ type callKey struct{}
 // call carries what the fault injector decided and decoded to the recorder
 // and the handler, through the request's context.
 type call struct {
-	env  envelopeFields
+	env  publish.Envelope
 	slow bool
 	d    *delivery
-}
-
-// envelopeFields are the parts of the envelope the recorder keeps.
-type envelopeFields struct {
-	ID          string    `json:"id"`
-	Key         string    `json:"key"`
-	OrderingKey string    `json:"ordering_key"`
-	SequenceID  int64     `json:"sequence_id"`
-	Attempt     int32     `json:"attempt"`
-	CreatedAt   time.Time `json:"created_at"`
 }
 
 // StartTarget starts the receiver on a free loopback port.
@@ -232,7 +222,7 @@ func (d *recordingDeduper) Begin(ctx context.Context, webhookID string) (context
 		id, _ := uuid.Parse(c.env.ID)
 		rec = &delivery{
 			id: id, webhookID: webhookID, orderKey: c.env.OrderingKey, seq: c.env.SequenceID,
-			attempt: c.env.Attempt, created: c.env.CreatedAt,
+			attempt: int32(c.env.Attempt), created: c.env.CreatedAt,
 		}
 		c.d = rec
 		d.t.mu.Lock()
