@@ -53,7 +53,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/lease"
@@ -63,6 +62,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/route"
 	"github.com/outboxkit/dispatcher/shared/telemetry/redact"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
+	"golang.org/x/sync/errgroup"
 )
 
 // Why a run stopped, as reported in Summary.StoppedBy.
@@ -581,14 +581,12 @@ func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[
 	}
 	publishCtx, cancel := context.WithDeadline(ctx, e.publishDeadline(ctx, items))
 	defer cancel()
-	sem := make(chan struct{}, e.cfg.TargetConcurrency)
-	var wg sync.WaitGroup
+	var targets errgroup.Group
+	targets.SetLimit(e.cfg.TargetConcurrency)
 	for _, key := range order {
 		idx := groups[key]
 		publisher := e.publishers[key]
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		targets.Go(func() error {
 			batch := make([]*outboxtype.Message, len(idx))
 			for j, i := range idx {
 				batch[j] = items[i].msg
@@ -602,9 +600,10 @@ func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[
 			for j, i := range idx {
 				items[i].result = results[j]
 			}
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = targets.Wait() // the publishers answer in their results, never with an error
 }
 
 // publishDeadline is when a batch's publishing must stop (see

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
+	"golang.org/x/sync/errgroup"
 )
 
 // Batcher is the scheduler every publisher delivers through. A publisher
@@ -39,7 +39,7 @@ import (
 //
 // Entries are prepared as they are packed, so the first call goes out
 // before the last message is encoded; the goroutine that called Publish
-// packs and settles, and at most Concurrency workers make the calls.
+// packs and settles, and at most Concurrency calls are in flight at once.
 type Batcher[E any] struct {
 	// MaxEntries is the most entries one call carries: 1 for a target that
 	// takes one message per call.
@@ -76,7 +76,7 @@ type Batcher[E any] struct {
 }
 
 // Isolation is how a Batcher re-sends the entries of a call refused as a
-// whole for one of them. The parts go one after another, in the worker that
+// whole for one of them. The parts go one after another, in the goroutine that
 // made the call (so Concurrency still holds), and a lane that failed in one
 // part has its entries in the later parts Released instead of sent.
 type Isolation uint8
@@ -114,10 +114,10 @@ var (
 // len(msgs) results, result i for msgs[i].
 func (b Batcher[E]) Publish(ctx context.Context, msgs []*outboxtype.Message) []Result {
 	s := newSchedule(&b, msgs)
-	// A lane has at most one call in flight, so more workers than lanes
-	// would idle.
-	workers := min(max(b.Concurrency, 1), len(s.lanes))
-	if workers <= 1 {
+	// A lane has at most one call in flight, so more calls at once than
+	// lanes could never be.
+	inFlight := min(max(b.Concurrency, 1), len(s.lanes))
+	if inFlight <= 1 {
 		for {
 			c, ok := s.nextCall(ctx)
 			if !ok {
@@ -127,14 +127,14 @@ func (b Batcher[E]) Publish(ctx context.Context, msgs []*outboxtype.Message) []R
 			s.settle(c)
 		}
 	} else {
-		s.fanOut(ctx, workers)
+		s.fanOut(ctx, inFlight)
 	}
 	s.cutOff(ctx)
 	return s.results
 }
 
 // schedule is one Publish's state. Only the goroutine that called Publish
-// touches it; workers see nothing but the calls handed to them.
+// touches it; a call's goroutine sees nothing but its call.
 type schedule[E any] struct {
 	b       *Batcher[E]
 	msgs    []*outboxtype.Message
@@ -361,29 +361,26 @@ func (s *schedule[E]) settle(c call[E]) {
 	}
 }
 
-// fanOut runs the calls on workers while this goroutine packs and settles
-// them: a call goes out as soon as a worker is free and a lane is ready.
-func (s *schedule[E]) fanOut(ctx context.Context, workers int) {
-	calls := make(chan call[E])
-	// Room for every call in flight, so a worker never waits to report.
-	done := make(chan call[E], workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c := range calls {
-				s.b.send(ctx, c)
-				done <- c
-			}
-		})
-	}
+// fanOut makes up to limit calls at once while this goroutine packs and
+// settles them: a call goes out as soon as one in flight has returned and a
+// lane is ready.
+func (s *schedule[E]) fanOut(ctx context.Context, limit int) {
+	var calls errgroup.Group
+	calls.SetLimit(limit)
+	// Room for every call in flight, so a call never waits to report.
+	done := make(chan call[E], limit)
 	inFlight := 0
 	for {
-		for inFlight < workers {
+		for inFlight < limit {
 			c, ok := s.nextCall(ctx)
 			if !ok {
 				break
 			}
-			calls <- c
+			calls.Go(func() error {
+				s.b.send(ctx, c)
+				done <- c
+				return nil
+			})
 			inFlight++
 		}
 		if inFlight == 0 {
@@ -392,8 +389,7 @@ func (s *schedule[E]) fanOut(ctx context.Context, workers int) {
 		s.settle(<-done)
 		inFlight--
 	}
-	close(calls)
-	wg.Wait()
+	_ = calls.Wait() // the calls answer in their results, never with an error
 }
 
 // cutOff answers what ctx's end left unsent: each lane's next message as
