@@ -219,262 +219,21 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 				left.Round(time.Millisecond), e.cfg.Lease, e.cfg.Names.Lease, e.cfg.SafetyMargin)
 		}
 	}
-	r := &run{e: e, ctx: ctx, sum: &sum, workerID: req.WorkerID,
+	p := &pipeline{e: e, ctx: ctx, sum: &sum, workerID: req.WorkerID,
 		batchSize: e.cfg.BatchSize, maxBatches: e.cfg.MaxBatches, namespaces: e.cfg.Namespaces, log: req.Log}
 	if req.BatchSize > 0 {
-		r.batchSize = req.BatchSize
+		p.batchSize = req.BatchSize
 	}
 	if req.MaxBatches > 0 {
-		r.maxBatches = req.MaxBatches
+		p.maxBatches = req.MaxBatches
 	}
 	if len(req.Namespaces) > 0 {
-		r.namespaces = req.Namespaces
+		p.namespaces = req.Namespaces
 	}
-	if r.log == nil {
-		r.log = e.log
+	if p.log == nil {
+		p.log = e.log
 	}
-	return sum, r.drive()
-}
-
-// run is one Run's state. The run is a pipeline: while batch n is
-// published, batch n-1 is completed and batch n+1 claimed, so that the two
-// database round trips hide behind the target's latency instead of adding
-// to it. At most two batches are leased at once.
-type run struct {
-	e          *Engine
-	ctx        context.Context
-	sum        *Summary
-	workerID   string
-	batchSize  int
-	maxBatches int
-	namespaces []string
-	log        *slog.Logger
-
-	// slowestPublish is the longest a batch's publishing has taken in this
-	// run. A batch claimed ahead is published only after the current one,
-	// so it is claimed only if the safety margin would still be left then,
-	// by this estimate; otherwise it would start short of time and its
-	// calls be cut off by the completion reserve.
-	slowestPublish time.Duration
-	// completing is the previous batch's completion while the current one
-	// publishes.
-	completing chan batchDone
-}
-
-type claimResult struct {
-	msgs []outboxtype.Message
-	err  error
-}
-
-type batchDone struct {
-	part Summary
-	err  error
-}
-
-// following is how the batch after the current one is got: claimed ahead
-// while the current one publishes, claimed after it, or not at all (why).
-type following struct {
-	ahead chan claimResult
-	after bool
-	why   string
-}
-
-func (r *run) drive() error {
-	if why := r.mayClaim(0); why != "" {
-		return r.stop(why, nil)
-	}
-	batch, err := r.claim()
-	for {
-		if err != nil {
-			return r.stop("", err)
-		}
-		if len(batch) == 0 {
-			if r.completing == nil {
-				return r.stop(StoppedDrained, nil)
-			}
-			// The batch being recorded may hold its keys' next messages,
-			// which become claimable once it is: look again after it.
-			if err := r.settle(); err != nil {
-				return r.stop("", err)
-			}
-			if why := r.mayClaim(0); why != "" {
-				return r.stop(why, nil)
-			}
-			batch, err = r.claim()
-			continue
-		}
-		r.sum.Batches++
-		r.sum.Claimed += len(batch)
-
-		if r.pastPublishing(batch) {
-			// The estimate that let this batch be claimed was wrong: give
-			// it back whole rather than start calls that would be cut off.
-			r.release(batch)
-			return r.stop(StoppedDeadline, nil)
-		}
-		next := r.planFollowing()
-		started := r.e.cfg.Clock()
-		items := r.e.publishBatch(r.ctx, batch)
-		r.slowestPublish = max(r.slowestPublish, r.e.cfg.Clock().Sub(started))
-
-		if err := r.settle(); err != nil {
-			// The previous completion failed (the database went away):
-			// still try to record what was just published, give back what
-			// was claimed ahead, and stop.
-			var part Summary
-			if r.e.complete(r.ctx, r.log, r.workerID, items, &part) == nil {
-				r.sum.merge(&part)
-			}
-			if next.ahead != nil {
-				if got := <-next.ahead; got.err == nil && len(got.msgs) > 0 {
-					r.sum.Batches++
-					r.sum.Claimed += len(got.msgs)
-					r.release(got.msgs)
-				}
-			}
-			return err
-		}
-		r.completeAsync(items)
-
-		switch {
-		case next.ahead != nil:
-			got := <-next.ahead
-			batch, err = got.msgs, got.err
-		case next.after:
-			if why := r.mayClaim(0); why != "" {
-				return r.stop(why, nil)
-			}
-			batch, err = r.claim()
-		default:
-			return r.stop(next.why, nil)
-		}
-	}
-}
-
-// planFollowing decides how the next batch is got while the current one is
-// published. Under a deadline, the first batch's successor is claimed only
-// after the first is published: until then there is no publishing time to
-// judge it by.
-func (r *run) planFollowing() following {
-	if _, timed := r.ctx.Deadline(); timed && r.slowestPublish == 0 {
-		return following{after: true}
-	}
-	if why := r.mayClaim(r.slowestPublish); why != "" {
-		return following{why: why}
-	}
-	ahead := make(chan claimResult, 1)
-	go func() {
-		msgs, err := r.claim()
-		ahead <- claimResult{msgs, err}
-	}()
-	return following{ahead: ahead}
-}
-
-// mayClaim says why a batch whose publishing starts after waitFor may not
-// be claimed ("" when it may): it must start with the safety margin still
-// ahead of the deadline, within the batch budget.
-func (r *run) mayClaim(waitFor time.Duration) string {
-	switch deadline, ok := r.ctx.Deadline(); {
-	case r.sum.Batches >= r.maxBatches:
-		return StoppedMaxBatches
-	case ok && deadline.Sub(r.e.cfg.Clock())-waitFor < r.e.cfg.SafetyMargin, r.ctx.Err() != nil:
-		return StoppedDeadline
-	}
-	return ""
-}
-
-// pastPublishing reports whether the publishers' time for batch (see
-// publishGroups) is already over.
-func (r *run) pastPublishing(batch []outboxtype.Message) bool {
-	if r.ctx.Err() != nil {
-		return true
-	}
-	deadline, ok := r.ctx.Deadline()
-	if ok && !r.e.cfg.Clock().Before(deadline.Add(-r.e.cfg.CompletionReserve)) {
-		return true
-	}
-	for i := range batch {
-		if !time.Now().Before(batch[i].LeaseExpiresAt.Add(-r.e.cfg.SafetyMargin)) {
-			return true
-		}
-	}
-	return false
-}
-
-func (r *run) claim() ([]outboxtype.Message, error) {
-	ctx, span := r.e.tracer.Start(r.ctx, "claim")
-	msgs, err := r.e.store.ClaimBatch(ctx, lease.ClaimParams{
-		WorkerID: r.workerID, BatchSize: r.batchSize, Lease: r.e.cfg.Lease, Namespaces: r.namespaces,
-		MaxRun: r.e.cfg.OrderedRun, MaxBytes: r.e.cfg.BatchBytes, MaxPayloadBytes: r.e.maxPayload,
-	})
-	span.SetAttribute("claimed", len(msgs))
-	span.End(err)
-	if err != nil {
-		return nil, fmt.Errorf("dispatch: claim: %w", err)
-	}
-	return msgs, nil
-}
-
-// completeAsync records items while the next batch publishes.
-func (r *run) completeAsync(items []pending) {
-	done := make(chan batchDone, 1)
-	r.completing = done
-	go func() {
-		var part Summary
-		err := r.e.complete(r.ctx, r.log, r.workerID, items, &part)
-		done <- batchDone{part: part, err: err}
-	}()
-}
-
-// settle waits for the previous batch's completion and adds its figures.
-func (r *run) settle() error {
-	if r.completing == nil {
-		return nil
-	}
-	done := <-r.completing
-	r.completing = nil
-	r.sum.merge(&done.part)
-	return done.err
-}
-
-// stop ends the run: the last completion is awaited, and the reason
-// recorded when there was no error.
-func (r *run) stop(why string, err error) error {
-	if settleErr := r.settle(); err == nil {
-		err = settleErr
-	}
-	if err == nil {
-		r.sum.StoppedBy = why
-	}
-	return err
-}
-
-// release gives a batch that will not be published back to the queue,
-// untouched. It is best effort: if it fails, the leases expire and the
-// reaper requeues the messages as it would after a crash.
-func (r *run) release(msgs []outboxtype.Message) {
-	if len(msgs) == 0 {
-		return
-	}
-	results := make([]lease.Result, len(msgs))
-	for i := range msgs {
-		results[i] = lease.Result{ID: msgs[i].ID, LeaseToken: msgs[i].LeaseToken, Outcome: outboxtype.OutcomeReleased}
-	}
-	ctx, cancel := r.e.completionContext(r.ctx)
-	defer cancel()
-	completions, err := r.e.store.CompleteBatch(ctx, r.workerID, results)
-	if err != nil {
-		r.log.Warn("could not release a batch that was not published; its leases will expire and the reaper will requeue it",
-			"worker_id", r.workerID, "messages", len(msgs), "error", err.Error())
-		return
-	}
-	for _, c := range completions {
-		if c.Status == outboxtype.StatusOK {
-			r.sum.Released++
-		} else {
-			r.sum.LeaseLost++
-		}
-	}
+	return sum, p.run()
 }
 
 // completionContext is what a completion may use: the reserve the
@@ -498,12 +257,22 @@ type pending struct {
 // orderingKey names an ordering key; keys are scoped by namespace.
 type orderingKey struct{ namespace, key string }
 
-// publishBatch routes the claimed messages and publishes them; every item
-// comes back with its result. The store returns each ordering key's run
-// together and in sequence order.
-func (e *Engine) publishBatch(ctx context.Context, msgs []outboxtype.Message) []pending {
+// routedBatch is a claimed batch after the route step: every message with
+// its route, or already with its result when it will not be sent, and the
+// messages to send grouped by target.
+type routedBatch struct {
+	items  []pending
+	groups map[string][]int // target key → indexes into items, in claim order
+	order  []string         // the target keys, in order of first appearance
+}
+
+// routeBatch is the route step: it matches each claimed message to its
+// route, answers at once those that cannot be sent (see refuse) and those
+// of an ordered run that must wait, and groups the rest by target. The
+// store returns each ordering key's run together and in sequence order.
+func (e *Engine) routeBatch(msgs []outboxtype.Message) routedBatch {
 	items := make([]pending, len(msgs))
-	groups := map[string][]int{} // target key → indexes into items, in claim order
+	groups := map[string][]int{}
 	var order []string
 	// runTarget is the target of each key's run so far; a key is absent
 	// once its run has stopped.
@@ -542,9 +311,7 @@ func (e *Engine) publishBatch(ctx context.Context, msgs []outboxtype.Message) []
 		}
 		groups[target] = append(groups[target], i)
 	}
-
-	e.publishGroups(ctx, items, groups, order)
-	return items
+	return routedBatch{items: items, groups: groups, order: order}
 }
 
 // released is the result of a message not sent because an earlier message
@@ -570,21 +337,23 @@ func (e *Engine) refuse(m *outboxtype.Message, rt *route.Route) (publish.Result,
 	return publish.Result{}, false
 }
 
-// publishGroups publishes each target's messages, several targets at once.
+// publishBatch is the publish step: each target's messages go to its
+// publisher, several targets at once, and every item gets its result.
 // Publishers get until the earlier of the invocation's deadline minus the
 // completion reserve and the batch's lease expiry minus the safety margin:
 // a call still running when the lease runs out would deliver a message that
 // another worker may already be delivering.
-func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[string][]int, order []string) {
-	if len(order) == 0 {
+func (e *Engine) publishBatch(ctx context.Context, b routedBatch) {
+	if len(b.order) == 0 {
 		return
 	}
+	items := b.items
 	publishCtx, cancel := context.WithDeadline(ctx, e.publishDeadline(ctx, items))
 	defer cancel()
 	var targets errgroup.Group
 	targets.SetLimit(e.cfg.TargetConcurrency)
-	for _, key := range order {
-		idx := groups[key]
+	for _, key := range b.order {
+		idx := b.groups[key]
 		publisher := e.publishers[key]
 		targets.Go(func() error {
 			batch := make([]*outboxtype.Message, len(idx))
@@ -607,7 +376,7 @@ func (e *Engine) publishGroups(ctx context.Context, items []pending, groups map[
 }
 
 // publishDeadline is when a batch's publishing must stop (see
-// publishGroups).
+// publishBatch).
 func (e *Engine) publishDeadline(ctx context.Context, items []pending) time.Time {
 	var until time.Time
 	for i := range items {
