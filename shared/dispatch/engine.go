@@ -8,6 +8,10 @@
 //	      ▲                                                                      │
 //	      └──────────── while claims return work, time and budget remain ────────┘
 //
+// Consecutive batches overlap: while one batch is published, the next is
+// claimed and the previous one's completion recorded, so that the two round
+// trips hide behind the targets' latency (pipeline.go lays the steps out).
+//
 // # Ordered runs
 //
 // A claim hands out, per ordering key, a run: the key's head and up to
