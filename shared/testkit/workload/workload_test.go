@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
@@ -69,7 +70,7 @@ func TestProducedMessagesAreMeasuredAtTheTarget(t *testing.T) {
 		if len(msgs) == 0 {
 			break
 		}
-		ptrs := make([]*lease.Message, len(msgs))
+		ptrs := make([]*outboxtype.Message, len(msgs))
 		for i := range msgs {
 			ptrs[i] = &msgs[i]
 		}
