@@ -42,6 +42,19 @@
 // a set, a dimension value over 1,024 characters, or a name used twice in
 // one document (as a metric, a dimension or a property).
 //
+// # Lambda's log filter
+//
+// With the JSON log format, Lambda's advanced logging controls drop every
+// JSON line whose "level" is below the function's application log level,
+// and take a line with no level, or one they do not know, for INFO: under
+// WARN or ERROR a document without a level would be dropped with its
+// metrics. So every document carries a "level" and a "timestamp" (RFC 3339,
+// the instant of _aws.Timestamp): the level is INFO, or the application log
+// level Lambda announces in AWS_LAMBDA_LOG_LEVEL when that is above INFO —
+// the least severe level the filter lets through, so that metrics are never
+// dropped and never look more severe than they must. Both names are
+// reserved: no metric, dimension or property may take them.
+//
 // Cardinality is the caller's responsibility: every distinct combination of
 // dimension values is a separate, billed CloudWatch metric. Never use an id
 // as a dimension value; make it a property.
@@ -53,6 +66,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -77,6 +91,23 @@ const (
 	// MaxDimensionValueLength bounds dimension values.
 	MaxDimensionValueLength = 1024
 )
+
+// The members every document carries for Lambda's log filter, besides the
+// metrics, dimensions and properties.
+const (
+	// LevelKey is the member Lambda's advanced logging controls read a
+	// JSON line's level from.
+	LevelKey = "level"
+	// TimestampKey is the member Lambda reads a JSON line's time from.
+	TimestampKey = "timestamp"
+)
+
+// lambdaLogLevelEnv is where Lambda announces the function's application
+// log level when log-level filtering is on.
+const lambdaLogLevelEnv = "AWS_LAMBDA_LOG_LEVEL"
+
+// timestampLayout is RFC 3339 with milliseconds, in UTC, as the logs write it.
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // maxMagnitude is the largest magnitude CloudWatch accepts for a value
 // (2^360); larger values are rejected with the document.
@@ -112,6 +143,7 @@ type Dimension struct {
 type Logger struct {
 	namespace string
 	defaults  []Dimension
+	level     string // LevelKey's value: see "Lambda's log filter"
 
 	mu         sync.Mutex
 	rollups    [][]string
@@ -147,6 +179,7 @@ func New(namespace string, defaults ...Dimension) (*Logger, error) {
 	return &Logger{
 		namespace:  namespace,
 		defaults:   slices.Clone(defaults),
+		level:      documentLevel(os.Getenv(lambdaLogLevelEnv)),
 		properties: map[string]json.RawMessage{},
 		byKey:      map[string]*group{},
 	}, nil
@@ -278,6 +311,22 @@ func (l *Logger) Flush(w io.Writer) error {
 	return nil
 }
 
+// documentLevel is the level a document declares when the function's
+// application log level is applicationLevel (AWS_LAMBDA_LOG_LEVEL; empty
+// when Lambda filters nothing): INFO, or the application level when that is
+// WARN, ERROR or FATAL. A level Lambda does not know gets FATAL, which no
+// filter drops.
+func documentLevel(applicationLevel string) string {
+	switch l := strings.ToUpper(strings.TrimSpace(applicationLevel)); l {
+	case "", "TRACE", "DEBUG", "INFO":
+		return "INFO"
+	case "WARN", "ERROR", "FATAL":
+		return l
+	default:
+		return "FATAL"
+	}
+}
+
 // groupFor returns the group for dims, creating it. The caller holds l.mu.
 func (l *Logger) groupFor(dims []Dimension) (*group, error) {
 	key := groupKey(dims)
@@ -390,7 +439,7 @@ func (l *Logger) documents() []map[string]any {
 }
 
 func (l *Logger) document(g *group, sets [][]string, parts []part, ts time.Time) map[string]any {
-	doc := make(map[string]any, len(l.properties)+len(g.dims)+len(parts)+1)
+	doc := make(map[string]any, len(l.properties)+len(g.dims)+len(parts)+3)
 	for k, v := range l.properties {
 		doc[k] = v
 	}
@@ -406,6 +455,8 @@ func (l *Logger) document(g *group, sets [][]string, parts []part, ts time.Time)
 			doc[s.metric.name] = s.values
 		}
 	}
+	doc[LevelKey] = l.level
+	doc[TimestampKey] = ts.UTC().Format(timestampLayout)
 	doc["_aws"] = metadata{
 		Timestamp: ts.UnixMilli(),
 		CloudWatchMetrics: []directive{{
@@ -499,6 +550,8 @@ func checkName(kind, name string) error {
 		return fmt.Errorf("%w: %s name %q is not UTF-8", ErrInvalidName, kind, name)
 	case name == "_aws":
 		return fmt.Errorf("%w: %s name _aws is reserved for the EMF metadata", ErrInvalidName, kind)
+	case name == LevelKey || name == TimestampKey:
+		return fmt.Errorf("%w: %s name %s is reserved for Lambda's log filter", ErrInvalidName, kind, name)
 	}
 	return nil
 }

@@ -21,5 +21,5 @@ func ExampleLogger() {
 		"PendingDepth", 42, emf.Count)
 	_ = m.Flush(os.Stdout)
 	// Output:
-	// {"FunctionName":"outbox-metrics","Namespace":"billing","PendingDepth":42,"Topic":"usage","_aws":{"Timestamp":1767225600000,"CloudWatchMetrics":[{"Namespace":"Outbox","Dimensions":[["FunctionName","Namespace","Topic"],["FunctionName"]],"Metrics":[{"Name":"PendingDepth","Unit":"Count"}]}]},"request_id":"c6af9ac6-7b61-11e6-9a41-93e812345678"}
+	// {"FunctionName":"outbox-metrics","Namespace":"billing","PendingDepth":42,"Topic":"usage","_aws":{"Timestamp":1767225600000,"CloudWatchMetrics":[{"Namespace":"Outbox","Dimensions":[["FunctionName","Namespace","Topic"],["FunctionName"]],"Metrics":[{"Name":"PendingDepth","Unit":"Count"}]}]},"level":"INFO","request_id":"c6af9ac6-7b61-11e6-9a41-93e812345678","timestamp":"2026-01-01T00:00:00.000Z"}
 }

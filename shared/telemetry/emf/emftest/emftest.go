@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Document is one parsed, validated EMF document.
@@ -263,3 +264,35 @@ func Parse(t *testing.T, out []byte) []Document {
 
 // The validator must catch what the specification forbids, or the tests
 // that rely on it prove nothing.
+
+// lambdaLevels ranks the levels of Lambda's log-level filtering, least
+// severe first.
+var lambdaLevels = map[string]int{"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3, "ERROR": 4, "FATAL": 5}
+
+// LambdaKeeps reports whether Lambda's log-level filtering, with the JSON
+// log format and the function's application log level set to
+// applicationLevel ("" for no filtering), sends line to CloudWatch Logs. It
+// follows the rules of the Lambda Developer Guide ("Log-level filtering")
+// for runtimes whose logs Lambda does not format itself: the level is read
+// from a JSON object's "level" member, in any case; a missing or unknown
+// level counts as INFO, and so does a line without a valid RFC 3339
+// "timestamp"; lines below the application level are dropped.
+func LambdaKeeps(line []byte, applicationLevel string) bool {
+	threshold, ok := lambdaLevels[strings.ToUpper(applicationLevel)]
+	if !ok {
+		return true
+	}
+	level := lambdaLevels["INFO"]
+	var record struct {
+		Level     *string `json:"level"`
+		Timestamp *string `json:"timestamp"`
+	}
+	if json.Unmarshal(line, &record) == nil && record.Level != nil && record.Timestamp != nil {
+		if _, err := time.Parse(time.RFC3339Nano, *record.Timestamp); err == nil {
+			if l, known := lambdaLevels[strings.ToUpper(*record.Level)]; known {
+				level = l
+			}
+		}
+	}
+	return level >= threshold
+}
