@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
@@ -25,6 +26,14 @@ func main() {
 	if err != nil {
 		handler.FailInit("dlq-replay", err)
 	}
-	defer closeFn()
-	lambda.Start(h.Handle)
+	// Start never returns, so a deferred close would never run. With an
+	// extension registered (WithEnableSIGTERM registers one) Lambda sends
+	// SIGTERM before it ends the environment: the pool's sessions then end
+	// with a Terminate message, not a dropped connection the database
+	// counts as abandoned, and the process exits rather than wait for
+	// SIGKILL.
+	lambda.StartWithOptions(h.Handle, lambda.WithEnableSIGTERM(func() {
+		closeFn()
+		os.Exit(0)
+	}))
 }

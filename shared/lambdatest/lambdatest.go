@@ -5,6 +5,13 @@
 // the Lambda-Runtime-Aws-Request-Id and Lambda-Runtime-Deadline-Ms headers,
 // and posts to /response or /error; an initialisation failure posts to
 // /runtime/init/error. Tests invoke functions exactly as Lambda would.
+//
+// The same address serves the part of the Extensions API
+// (https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html)
+// that a runtime's internal extension uses: /2020-01-01/extension/register
+// and an /extension/event/next that never answers. aws-lambda-go registers
+// such an extension for lambda.WithEnableSIGTERM, because Lambda sends
+// SIGTERM at shutdown only to an environment with an extension.
 package lambdatest
 
 import (
@@ -138,6 +145,9 @@ type Function struct {
 	stdout   *syncBuffer
 	stderr   *syncBuffer
 	started  time.Time
+	// extensions are the names the process registered with the
+	// Extensions API, in order.
+	extensions []string
 	// firstPoll is closed at the binary's first /next request.
 	firstPoll chan struct{}
 	pollOnce  sync.Once
@@ -214,6 +224,8 @@ func LaunchWith(binary, name string, opts Options) (*Function, error) {
 	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/response", f.respond)
 	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/error", f.fail)
 	mux.HandleFunc("POST /2018-06-01/runtime/init/error", f.failInit)
+	mux.HandleFunc("POST /2020-01-01/extension/register", f.registerExtension)
+	mux.HandleFunc("GET /2020-01-01/extension/event/next", f.nextExtensionEvent)
 	f.server = &http.Server{Handler: mux}
 
 	f.cmd = exec.Command(binary)
@@ -295,6 +307,14 @@ func (f *Function) Kill() {
 		f.exited <- err
 	case <-time.After(5 * time.Second):
 	}
+}
+
+// Extensions are the names of the extensions the process registered: with
+// one, Lambda would send it SIGTERM before ending its environment.
+func (f *Function) Extensions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.extensions...)
 }
 
 // PID is the function process's id, e.g. to read its memory from /proc.
@@ -532,6 +552,29 @@ func (f *Function) failInit(w http.ResponseWriter, r *http.Request) {
 	case f.initErr <- decodeError(body, r.Header.Get("Lambda-Runtime-Function-Error-Type"), true):
 	default:
 	}
+}
+
+// registerExtension accepts an extension's registration, as Lambda does
+// during the Init phase.
+func (f *Function) registerExtension(w http.ResponseWriter, r *http.Request) {
+	name := r.Header.Get("Lambda-Extension-Name")
+	if name == "" {
+		http.Error(w, `{"errorMessage":"missing Lambda-Extension-Name","errorType":"InvalidRequest"}`, http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.extensions = append(f.extensions, name)
+	id := fmt.Sprintf("ext-%d-%s", len(f.extensions), name)
+	f.mu.Unlock()
+	w.Header().Set("Lambda-Extension-Identifier", id)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]string{"functionName": f.name, "functionVersion": "$LATEST", "handler": "bootstrap"})
+}
+
+// nextExtensionEvent holds the request until the server closes: the
+// internal extensions that run here register for no event, so none comes.
+func (f *Function) nextExtensionEvent(w http.ResponseWriter, r *http.Request) {
+	<-r.Context().Done()
 }
 
 func decodeError(body []byte, headerType string, init bool) *FunctionError {
