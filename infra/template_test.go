@@ -886,3 +886,26 @@ func TestSamconfigDeploysTheTemplate(t *testing.T) {
 		t.Error("samconfig.toml's parameter_overrides were not read: the pattern no longer matches")
 	}
 }
+
+// The README's deployment section names every parameter of the template.
+func TestREADMEDocumentsEveryParameter(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	start := strings.Index(readme, "## Deploying with SAM")
+	if start < 0 {
+		t.Fatal("README.md has no Deploying with SAM section")
+	}
+	section := readme[start:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	for _, p := range load(t).get("Parameters").keys() {
+		if !strings.Contains(section, "`"+p+"`") {
+			t.Errorf("README.md's Deploying with SAM section does not mention the parameter `%s`", p)
+		}
+	}
+}
