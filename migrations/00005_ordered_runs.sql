@@ -230,6 +230,21 @@ CREATE INDEX pending_claimable ON outbox.pending (next_attempt_at, id) WHERE lea
 CREATE UNIQUE INDEX pending_key_head ON outbox.pending (namespace, ordering_key) WHERE ordering_key IS NOT NULL AND NOT behind;
 COMMENT ON INDEX outbox.pending_key_head IS 'At most one head per ordering key, so at most one claim in flight per key; a violation is a bug.';
 CREATE UNIQUE INDEX dead_key_holder ON outbox.dead (namespace, ordering_key) WHERE holds_key;
+-- Leases by expiry. Every claim looks here for expired leases to take over
+-- (with none, one descent that finds nothing), and so does the reaper.
+-- Migration 1 left this index out while only the reaper, once a minute,
+-- looked for them; a claim cannot afford a scan of the queue. It costs a
+-- claim one index entry per row leased; a claim's rows share one expiry, so
+-- its entries are adjacent (deduplicated) and a lease is found by its
+-- expiry.
+--
+-- attempt_count >= 0 is always true (a CHECK says so): it is in the
+-- predicate so that only a statement that says it too can use the index.
+-- The completions' statements find their rows by id, on plans made once per
+-- session; any lease they check implies lease_token IS NOT NULL, and with
+-- statistics taken while nothing was leased this index looks empty, so
+-- they walked every live lease for each batch through it instead.
+CREATE INDEX pending_lease_expiry ON outbox.pending (lease_expires_at) WHERE lease_token IS NOT NULL AND attempt_count >= 0;
 
 -- +goose StatementBegin
 -- lock_keys creates the keys' rows if they are missing and locks them, in
@@ -841,7 +856,7 @@ AS $$
 -- dead-lettered at the attempt ceiling, since the message is not at fault.
 --
 -- on_dead ("skip" or "park") is the route's policy for an ordered message
--- that dies here or later (see outbox.repair_expired_leases): "park" makes
+-- that dies here or later (see outbox.requeue_expired_leases): "park" makes
 -- the dead message hold its key.
 --
 -- Status per result, in the results' order: ok; lease_lost (not leased to
@@ -1174,6 +1189,169 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+-- requeue_expired_leases takes over leases that expired by p_now, oldest
+-- first: p_limit rows of the namespaces p_namespaces (NULL: all), and the
+-- rest of any ordered run the limit cut, since a run is taken over whole.
+-- Each row is due at p_now again with its lease cleared (a head stays its
+-- key's head), and a ZOMBIE_REQUEUE naming the lease's holder is archived
+-- under p_worker_id; at the attempt ceiling p_max_attempts the row is
+-- dead-lettered as LEASE_EXPIRED instead, parking its key if the route said
+-- so when it last reported on the message. Returns the rows it took over.
+-- The one place a lease is taken over: the reaper (repair_expired_leases)
+-- and every claim (claim_batch) call it. Not executable by any runtime
+-- role; they call it as its owner.
+--
+-- One taker per key. An ordered run is taken over by whoever first locks
+-- its key's row in outbox.keys (SKIP LOCKED: a key another taker holds is
+-- left to it), so that two takers never split a run between them; a split
+-- would let a claim lease the key's head anew while the rest of the run
+-- still holds the old lease. A claim leases all its rows under one token
+-- and one expiry, and nothing moves an expiry afterwards, so a lease's rows
+-- are found in pending_lease_expiry by the two, whatever the key's backlog.
+CREATE FUNCTION outbox.requeue_expired_leases(
+    p_limit        int,
+    p_worker_id    text,
+    p_max_attempts int,
+    p_now          timestamptz,
+    p_namespaces   text[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+-- Expired leases and their runs, by index, whatever the statistics say:
+-- see outbox.claim_batch.
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_loose    uuid[];
+    v_ns       text[];
+    v_ok       text[];
+    v_tokens   uuid[];
+    v_expiry   timestamptz[];
+    v_owned    text[];
+    v_ids      uuid[];
+    v_repaired integer;
+    v_key_ns   text[];
+    v_key_ok   text[];
+BEGIN
+    -- 1. The oldest expired leases, read without locking: a row another
+    --    taker holds is skipped below, and so is a key.
+    SELECT array_agg(c.id) FILTER (WHERE c.ordering_key IS NULL),
+           array_agg(c.namespace) FILTER (WHERE c.ordering_key IS NOT NULL),
+           array_agg(c.ordering_key) FILTER (WHERE c.ordering_key IS NOT NULL),
+           array_agg(c.lease_token) FILTER (WHERE c.ordering_key IS NOT NULL),
+           array_agg(c.lease_expires_at) FILTER (WHERE c.ordering_key IS NOT NULL)
+      INTO v_loose, v_ns, v_ok, v_tokens, v_expiry
+      FROM (SELECT p.id, p.namespace, p.ordering_key, p.lease_token, p.lease_expires_at
+            FROM outbox.pending p
+            WHERE p.lease_token IS NOT NULL AND p.attempt_count >= 0 AND p.lease_expires_at <= p_now
+              AND (p_namespaces IS NULL OR p.namespace = ANY (p_namespaces))
+            ORDER BY p.lease_expires_at
+            LIMIT p_limit) c;
+
+    -- 2. Unordered rows, locked one by one; ordered runs, each whole under
+    --    its key's lock (see above).
+    v_ids := ARRAY(
+        SELECT p.id FROM outbox.pending p
+        WHERE p.id = ANY (v_loose) AND p.lease_token IS NOT NULL AND p.lease_expires_at <= p_now
+        FOR UPDATE OF p SKIP LOCKED);
+    IF v_ns IS NOT NULL THEN
+        -- A key as one text, for the hashed = ANY below: its namespace's
+        -- length first, so that no two keys read the same.
+        v_owned := ARRAY(
+            SELECT octet_length(k.namespace) || ':' || k.namespace || k.ordering_key
+            FROM outbox.keys k
+            WHERE (k.namespace, k.ordering_key) IN (SELECT * FROM unnest(v_ns, v_ok))
+            ORDER BY k.namespace, k.ordering_key
+            FOR UPDATE SKIP LOCKED);
+        -- Each lease read once, by its expiry, for the runs of the keys
+        -- taken.
+        v_ids := v_ids || ARRAY(
+            SELECT q.id FROM outbox.pending q
+            WHERE q.lease_token IS NOT NULL AND q.attempt_count >= 0 AND q.lease_expires_at = ANY (v_expiry)
+              AND q.lease_token = ANY (v_tokens)
+              AND octet_length(q.namespace) || ':' || q.namespace || q.ordering_key = ANY (v_owned)
+            FOR UPDATE OF q SKIP LOCKED);
+    END IF;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN 0;
+    END IF;
+
+    -- 3. Requeued, or dead at the ceiling; archived either way.
+    WITH expired AS (
+        SELECT p.id, p.claimed_by AS held_by
+        FROM outbox.pending p
+        WHERE p.id = ANY (v_ids) AND p.lease_token IS NOT NULL AND p.lease_expires_at <= p_now
+    ),
+    requeued AS (
+        UPDATE outbox.pending p
+        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            next_attempt_at = p_now,
+            last_error_code = 'LEASE_EXPIRED',
+            last_error = 'lease held by ' || e.held_by || ' expired before completion'
+        FROM expired e
+        WHERE p.id = e.id AND p.attempt_count < p_max_attempts
+        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                  p.attempt_count, e.held_by
+    ),
+    -- A message whose every attempt ends in a crash (it kills the
+    -- dispatcher, or outlives the lease) must not loop for ever.
+    removed AS (
+        DELETE FROM outbox.pending p
+        USING expired e
+        WHERE p.id = e.id AND p.attempt_count >= p_max_attempts
+        RETURNING p.*, e.held_by
+    ),
+    buried AS (
+        INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                 payload, payload_bytes, headers, trace_header, attempt_count, available_at,
+                                 created_at, last_error_code, last_error, failed_by, holds_key)
+        SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
+               x.payload, x.payload_bytes, x.headers, x.trace_header, x.attempt_count, x.available_at,
+               x.created_at, 'LEASE_EXPIRED',
+               'lease held by ' || x.held_by || ' expired on attempt ' || x.attempt_count
+                   || ', the attempt ceiling; moved to dead',
+               p_worker_id,
+               -- The key's first message to die here holds it, if the
+               -- route parks (one claim per key: there is no other).
+               x.ordering_key IS NOT NULL AND x.park_on_dead AND x.rank = 1
+                   AND NOT EXISTS (SELECT 1 FROM outbox.dead d
+                                   WHERE d.namespace = x.namespace AND d.ordering_key = x.ordering_key AND d.holds_key)
+        FROM (SELECT y.*, row_number() OVER (PARTITION BY y.namespace, y.ordering_key ORDER BY y.sequence_id) AS rank
+              FROM removed y) x
+    ),
+    archived AS (
+        INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                     dedupe_key, ordering_key, sequence_id, error_code, error_message)
+        SELECT q.id, q.attempt_count, 'ZOMBIE_REQUEUE', p_worker_id, q.namespace, q.topic, q.tenant_id,
+               q.dedupe_key, q.ordering_key, q.sequence_id, 'LEASE_EXPIRED',
+               'lease held by ' || q.held_by || ' expired before completion'
+        FROM requeued q
+        UNION ALL
+        SELECT x.id, x.attempt_count, 'FAILED', p_worker_id, x.namespace, x.topic, x.tenant_id,
+               x.dedupe_key, x.ordering_key, x.sequence_id, 'LEASE_EXPIRED',
+               'lease held by ' || x.held_by || ' expired on attempt ' || x.attempt_count
+                   || ', the attempt ceiling; moved to dead'
+        FROM removed x
+    )
+    SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM removed),
+           (SELECT array_agg(x.namespace) FROM removed x WHERE x.ordering_key IS NOT NULL),
+           (SELECT array_agg(x.ordering_key) FROM removed x WHERE x.ordering_key IS NOT NULL)
+      INTO v_repaired, v_key_ns, v_key_ok;
+
+    -- A key whose message died here has a new head, or is parked (its lock
+    -- is already this transaction's).
+    IF v_key_ok IS NOT NULL THEN
+        PERFORM outbox.settle_keys(v_key_ns, v_key_ok, false);
+    END IF;
+    RETURN v_repaired;
+END;
+$$;
+-- +goose StatementEnd
+
 DROP FUNCTION outbox.claim_batch(int, text, int, text[]);
 -- +goose StatementBegin
 CREATE FUNCTION outbox.claim_batch(
@@ -1183,7 +1361,8 @@ CREATE FUNCTION outbox.claim_batch(
     p_namespaces        text[] DEFAULT NULL,
     p_max_run           int DEFAULT 1,
     p_max_bytes         bigint DEFAULT NULL,
-    p_max_payload_bytes int DEFAULT NULL)
+    p_max_payload_bytes int DEFAULT NULL,
+    p_max_attempts      int DEFAULT 100)
 RETURNS TABLE(id uuid, namespace text, topic text, tenant_id text, dedupe_key text,
               ordering_key text, sequence_id bigint, payload jsonb, headers jsonb,
               trace_header text, attempt_count int, lease_token uuid,
@@ -1213,6 +1392,15 @@ AS $$
 -- payload is larger than p_max_payload_bytes (the most any route may send)
 -- is claimed without its payload (NULL) and does not count against
 -- p_max_bytes: the dispatcher dead-letters it without loading it.
+--
+-- Takeover. Leases of p_namespaces that expired (a dispatcher crashed or
+-- overran) are taken over first, up to p_batch_size rows and the rest of
+-- any ordered run the limit cut (a run goes whole), exactly as the reaper
+-- does (outbox.requeue_expired_leases, with p_max_attempts the attempt
+-- ceiling): a ZOMBIE_REQUEUE each, naming the holder, or a LEASE_EXPIRED
+-- dead letter at the ceiling. They are due now, so this claim may take
+-- them back at once. Without an expired lease this costs one probe of
+-- pending_lease_expiry.
 --
 -- Cost. The heads are locked as an unordered claim locks its rows (up to
 -- p_batch_size of them); the runs are read and locked only as far as the
@@ -1249,6 +1437,17 @@ BEGIN
     IF p_max_bytes < 1 OR p_max_payload_bytes < 1 THEN
         RAISE EXCEPTION 'outbox.claim_batch: p_max_bytes and p_max_payload_bytes must be positive (or NULL), got % and %',
             p_max_bytes, p_max_payload_bytes USING ERRCODE = '22023';
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'outbox.claim_batch: p_max_attempts must be at least 1, got %', p_max_attempts
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- Expired leases, taken over (see "Takeover" above). Almost never any.
+    IF EXISTS (SELECT 1 FROM outbox.pending p
+               WHERE p.lease_token IS NOT NULL AND p.attempt_count >= 0 AND p.lease_expires_at <= v_now
+                 AND (p_namespaces IS NULL OR p.namespace = ANY (p_namespaces))) THEN
+        PERFORM outbox.requeue_expired_leases(p_batch_size, p_worker_id, p_max_attempts, v_now, p_namespaces);
     END IF;
 
     -- Keys a dispatcher could not settle without waiting: settle them now,
@@ -1391,19 +1590,13 @@ SET plan_cache_mode = force_custom_plan
 -- claim_batch.
 SET jit = off
 AS $$
--- Leased rows whose lease expired (by the clock now, not the transaction's
--- start): the lease is cleared, the row is due now (a head stays its key's
--- head) and a ZOMBIE_REQUEUE is archived; at the attempt ceiling the row is
--- dead-lettered as LEASE_EXPIRED instead, parking its key if the route said
--- so when it last reported on the message. An ordered run is repaired whole.
--- Also settles the keys dispatchers had to leave unsettled.
-#variable_conflict use_column
+-- The reaper: takes over up to p_batch_size expired leases (by the clock
+-- now, not the transaction's start) as outbox.requeue_expired_leases does,
+-- with an ordered run repaired whole. Claims take over expired leases too;
+-- the reaper is the sweeper for the namespaces nobody claims. Also settles
+-- the keys dispatchers had to leave unsettled.
 DECLARE
-    v_now      timestamptz := clock_timestamp();
-    v_ids      uuid[];
     v_repaired integer;
-    v_key_ns   text[];
-    v_key_ok   text[];
 BEGIN
     IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 100000 THEN
         RAISE EXCEPTION 'outbox.repair_expired_leases: p_batch_size must be between 1 and 100000, got %', p_batch_size
@@ -1412,87 +1605,12 @@ BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' THEN
         RAISE EXCEPTION 'outbox.repair_expired_leases: p_worker_id must not be empty' USING ERRCODE = '22023';
     END IF;
-
-    v_ids := ARRAY(
-        SELECT p.id FROM outbox.pending p
-        WHERE p.lease_token IS NOT NULL AND p.lease_expires_at <= v_now
-        ORDER BY p.lease_expires_at
-        LIMIT p_batch_size
-        FOR UPDATE OF p SKIP LOCKED);
-    -- The rest of the ordered runs those rows belong to (same key, same
-    -- lease), so that a key never has part of a run leased and part not.
-    v_ids := v_ids || ARRAY(
-        SELECT q.id FROM outbox.pending q
-        JOIN outbox.pending r ON r.namespace = q.namespace AND r.ordering_key = q.ordering_key
-                             AND r.lease_token = q.lease_token
-        WHERE r.id = ANY (v_ids) AND r.ordering_key IS NOT NULL AND NOT (q.id = ANY (v_ids))
-          AND q.lease_expires_at <= v_now
-        FOR UPDATE OF q SKIP LOCKED);
-
-    WITH expired AS (
-        SELECT p.id, p.claimed_by AS held_by
-        FROM outbox.pending p
-        WHERE p.id = ANY (v_ids) AND p.lease_token IS NOT NULL AND p.lease_expires_at <= v_now
-    ),
-    requeued AS (
-        UPDATE outbox.pending p
-        SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
-            next_attempt_at = v_now,
-            last_error_code = 'LEASE_EXPIRED',
-            last_error = 'lease held by ' || e.held_by || ' expired before completion'
-        FROM expired e
-        WHERE p.id = e.id AND p.attempt_count < p_max_attempts
-        RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
-                  p.attempt_count, e.held_by
-    ),
-    -- A message whose every attempt ends in a crash (it kills the
-    -- dispatcher, or outlives the lease) must not loop for ever.
-    removed AS (
-        DELETE FROM outbox.pending p
-        USING expired e
-        WHERE p.id = e.id AND p.attempt_count >= p_max_attempts
-        RETURNING p.*, e.held_by
-    ),
-    buried AS (
-        INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
-                                 payload, payload_bytes, headers, trace_header, attempt_count, available_at,
-                                 created_at, last_error_code, last_error, failed_by, holds_key)
-        SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
-               x.payload, x.payload_bytes, x.headers, x.trace_header, x.attempt_count, x.available_at,
-               x.created_at, 'LEASE_EXPIRED',
-               'lease held by ' || x.held_by || ' expired on attempt ' || x.attempt_count
-                   || ', the attempt ceiling; moved to dead',
-               p_worker_id,
-               -- The key's first message to die here holds it, if the
-               -- route parks (one claim per key: there is no other).
-               x.ordering_key IS NOT NULL AND x.park_on_dead AND x.rank = 1
-                   AND NOT EXISTS (SELECT 1 FROM outbox.dead d
-                                   WHERE d.namespace = x.namespace AND d.ordering_key = x.ordering_key AND d.holds_key)
-        FROM (SELECT y.*, row_number() OVER (PARTITION BY y.namespace, y.ordering_key ORDER BY y.sequence_id) AS rank
-              FROM removed y) x
-    ),
-    archived AS (
-        INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
-                                     dedupe_key, ordering_key, sequence_id, error_code, error_message)
-        SELECT q.id, q.attempt_count, 'ZOMBIE_REQUEUE', p_worker_id, q.namespace, q.topic, q.tenant_id,
-               q.dedupe_key, q.ordering_key, q.sequence_id, 'LEASE_EXPIRED',
-               'lease held by ' || q.held_by || ' expired before completion'
-        FROM requeued q
-        UNION ALL
-        SELECT x.id, x.attempt_count, 'FAILED', p_worker_id, x.namespace, x.topic, x.tenant_id,
-               x.dedupe_key, x.ordering_key, x.sequence_id, 'LEASE_EXPIRED',
-               'lease held by ' || x.held_by || ' expired on attempt ' || x.attempt_count
-                   || ', the attempt ceiling; moved to dead'
-        FROM removed x
-    )
-    SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM removed),
-           (SELECT array_agg(x.namespace) FROM removed x WHERE x.ordering_key IS NOT NULL),
-           (SELECT array_agg(x.ordering_key) FROM removed x WHERE x.ordering_key IS NOT NULL)
-      INTO v_repaired, v_key_ns, v_key_ok;
-
-    IF v_key_ok IS NOT NULL THEN
-        PERFORM outbox.settle_keys(v_key_ns, v_key_ok, false);
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'outbox.repair_expired_leases: p_max_attempts must be at least 1, got %', p_max_attempts
+            USING ERRCODE = '22023';
     END IF;
+
+    v_repaired := outbox.requeue_expired_leases(p_batch_size, p_worker_id, p_max_attempts, clock_timestamp(), NULL);
     PERFORM outbox.settle_unsettled(1000);
     RETURN v_repaired;
 END;
@@ -2108,7 +2226,7 @@ $$;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 REVOKE ALL ON outbox.limits, outbox.sequence_floor, outbox.keys, outbox.unsettled_keys, outbox.producer_namespaces, outbox.operator_log FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    outbox.claim_batch(int, text, int, text[], int, bigint, int),
+    outbox.claim_batch(int, text, int, text[], int, bigint, int, int),
     outbox.complete_batch(text, jsonb, int, boolean, uuid[], uuid[], text[], text[], text[], text[], text[], int[],
                           timestamptz[], text[], boolean[]),
     outbox.purge(interval, interval, int, interval),
@@ -2144,7 +2262,8 @@ DROP TABLE outbox.operator_log;
 DROP FUNCTION outbox.operator_log_append_only();
 DROP FUNCTION outbox.blocked_keys(text, int);
 DROP FUNCTION outbox.blocked_key_states(text);
-DROP FUNCTION outbox.claim_batch(int, text, int, text[], int, bigint, int);
+DROP FUNCTION outbox.claim_batch(int, text, int, text[], int, bigint, int, int);
+DROP FUNCTION outbox.requeue_expired_leases(int, text, int, timestamptz, text[]);
 DROP FUNCTION outbox.complete_batch(text, jsonb, int, boolean, uuid[], uuid[], text[], text[], text[], text[], text[], int[],
                                     timestamptz[], text[], boolean[]);
 DROP FUNCTION outbox.stats();
@@ -2779,6 +2898,7 @@ DROP FUNCTION outbox.settle_unsettled(int);
 DROP FUNCTION outbox.settle_keys(text[], text[], boolean);
 DROP FUNCTION outbox.lock_keys(text[], text[]);
 
+DROP INDEX outbox.pending_lease_expiry;
 DROP INDEX outbox.pending_failing_heads;
 DROP INDEX outbox.dead_key;
 DROP INDEX outbox.dead_key_holder;

@@ -13,9 +13,10 @@
 //	                    ▼
 //	┌─────────► pending, unleased ◄──────────────────────────────┐
 //	│                   │                                        │
-//	│                   │ ClaimBatch: due heads, SKIP LOCKED,    │ RepairExpiredLeases:
-//	│                   │ each with its run; one lease token,    │ lease expired, due now
-//	│                   │ attempt + 1                            │ (ZOMBIE_REQUEUE; dead at
+//	│                   │ ClaimBatch: due heads, SKIP LOCKED,    │ takeover, by any ClaimBatch
+//	│                   │ each with its run; one lease token,    │ or RepairExpiredLeases:
+//	│                   │ attempt + 1                            │ lease expired, due now
+//	│                   │                                        │ (ZOMBIE_REQUEUE; dead at
 //	│                   ▼                                        │ the attempt ceiling)
 //	│            pending, leased ────────────────────────────────┘
 //	│                   │
@@ -79,6 +80,17 @@
 // parked, or the key left without a head by a settle a producer's lock
 // deferred (unsettled) — is listed by BlockedKeys and counted in
 // TopicStats: one definition, in outbox.blocked_key_states, serves both.
+//
+// # Takeover
+//
+// A lease that expired — its dispatcher crashed, or stalled past it — is
+// taken over by the next claim of its namespace, in the same call: the
+// messages are requeued (a ZOMBIE_REQUEUE each, naming the holder; a dead
+// letter at the attempt ceiling) and may be claimed again at once. An
+// ordered key's run is taken over whole, by one claimer. RepairExpiredLeases
+// does the same for the namespaces no dispatcher claims; the logic is one
+// SQL function, outbox.requeue_expired_leases, for both. Without an expired
+// lease a claim pays one index probe for it.
 //
 // # Fencing
 //

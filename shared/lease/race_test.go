@@ -20,9 +20,10 @@ import (
 
 // The invariants of ordered delivery under everything at once: producers
 // enqueueing, dispatchers claiming runs and completing them with random
-// outcomes (and sometimes dying with their leases held), the reaper
-// repairing expired leases, and operators replaying dead letters of some
-// keys and discarding those of others. Half the keys park on a dead head,
+// outcomes (and sometimes dying with their leases held, or stalling past
+// them), their claims taking over the leases that expired, the reaper
+// sweeping behind them, and operators replaying dead letters of some keys
+// and discarding those of others. Half the keys park on a dead head,
 // half skip it. A sampler watches the queue all along. At the end:
 //
 //   - no sample ever saw two claims in flight on one key;
@@ -166,7 +167,7 @@ func TestRaceOfClaimCompleteRepairAndReplay(t *testing.T) {
 		})
 	}
 
-	// The reaper.
+	// The reaper, racing the claims' takeovers.
 	reaper := lease.NewStore(db.Pool)
 	every(100*time.Millisecond, func(*rand.Rand) error {
 		_, err := reaper.RepairExpiredLeases(ctx, "reaper", 1000)
@@ -311,12 +312,17 @@ func TestRaceOfClaimCompleteRepairAndReplay(t *testing.T) {
 	if gone == 0 {
 		t.Errorf("nothing was discarded: the race never exercised discard")
 	}
+	takenOver := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'ZOMBIE_REQUEUE' AND worker_id LIKE 'dispatcher-%'`)
+	reaped := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'ZOMBIE_REQUEUE' AND worker_id = 'reaper'`)
+	if takenOver == 0 {
+		t.Errorf("no claim took over an expired lease: the race never exercised the takeover")
+	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'DISCARDED'`); n != gone {
 		t.Errorf("%d DISCARDED outcomes archived for %d discards", n, gone)
 	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'REPLAYED' AND topic = 'disputed'`); n != 0 {
 		t.Errorf("%d replays of the discarder's messages: the test no longer splits the work", n)
 	}
-	t.Logf("%d messages on %d keys: %d samples, %d crashes, %d replays, %d discarded, %d released, %d skip-key reorders after replays, in %s",
-		total, keys, samples.Load(), crashes.Load(), replays.Load(), gone, released.Load(), skipReorders, time.Since(start).Round(time.Second))
+	t.Logf("%d messages on %d keys: %d samples, %d crashes, %d taken over by claims and %d by the reaper, %d replays, %d discarded, %d released, %d skip-key reorders after replays, in %s",
+		total, keys, samples.Load(), crashes.Load(), takenOver, reaped, replays.Load(), gone, released.Load(), skipReorders, time.Since(start).Round(time.Second))
 }

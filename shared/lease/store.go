@@ -76,12 +76,14 @@ type ClaimParams struct {
 
 const claimSQL = `SELECT id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id, payload, headers,
        trace_header, attempt_count, lease_token, lease_expires_at, created_at, payload_bytes
-FROM outbox.claim_batch($1, $2, $3, $4, $5, $6, $7)`
+FROM outbox.claim_batch($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // ClaimBatch leases up to p.BatchSize due messages to p.WorkerID: one
 // statement, one round trip, whatever the batch size. The messages of one
 // ordering key come back together and in sequence order, the key's head
-// first.
+// first. Leases that expired (a crashed or stalled dispatcher's) are taken
+// over first, as RepairExpiredLeases does, with the store's attempt
+// ceiling: the messages may come back in this same claim.
 func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Message, error) {
 	if p.Lease <= 0 {
 		return nil, &Error{Op: "claim", Kind: ErrInvalidArgument, Err: fmt.Errorf("lease must be positive, got %s", p.Lease)}
@@ -95,7 +97,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 		namespaces = p.Namespaces
 	}
 	rows, err := s.db.Query(ctx, claimSQL, p.BatchSize, p.WorkerID, leaseSeconds, namespaces,
-		max(p.MaxRun, 1), nullableInt64(p.MaxBytes), nullableInt64(int64(p.MaxPayloadBytes)))
+		max(p.MaxRun, 1), nullableInt64(p.MaxBytes), nullableInt64(int64(p.MaxPayloadBytes)), s.ceiling())
 	if err != nil {
 		return nil, translate("claim", err)
 	}
