@@ -1578,6 +1578,55 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+CREATE FUNCTION outbox.claimable_estimate(
+    p_limit      int,
+    p_namespaces text[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- Custom plans see the LIMIT and the namespaces, as claim_batch's do.
+SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+-- What claims of p_namespaces (NULL: all) could take now, counted up to
+-- p_limit: due unleased heads and unordered messages, by the claim's own
+-- index (pending_claimable), then expired leases, which a claim takes over
+-- first, by pending_lease_expiry. A due key counts once, by its head,
+-- whatever the run behind it: one claim at a time works a key, so heads are
+-- what more claimers can share; an expired lease counts each of its rows.
+-- It reads at most p_limit entries of each index and no other rows (with
+-- namespaces, the other namespaces' entries among them are read and
+-- skipped, as the claim does). Rows that uncommitted claims hold still
+-- count: it is an estimate for deciding how many dispatchers to start, not
+-- a promise.
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+    v_due     bigint;
+    v_expired bigint := 0;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000000 THEN
+        RAISE EXCEPTION 'outbox.claimable_estimate: p_limit must be between 1 and 1000000, got %', p_limit
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT count(*) INTO v_due
+    FROM (SELECT 1 FROM outbox.pending p
+          WHERE p.lease_token IS NULL AND NOT p.behind AND p.next_attempt_at <= v_now
+            AND (p_namespaces IS NULL OR p.namespace = ANY (p_namespaces))
+          LIMIT p_limit) x;
+    IF v_due < p_limit THEN
+        SELECT count(*) INTO v_expired
+        FROM (SELECT 1 FROM outbox.pending p
+              WHERE p.lease_token IS NOT NULL AND p.attempt_count >= 0 AND p.lease_expires_at <= v_now
+                AND (p_namespaces IS NULL OR p.namespace = ANY (p_namespaces))
+              LIMIT p_limit - v_due) x;
+    END IF;
+    RETURN v_due + v_expired;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 CREATE OR REPLACE FUNCTION outbox.repair_expired_leases(
     p_batch_size   int,
     p_worker_id    text,
@@ -2227,6 +2276,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 REVOKE ALL ON outbox.limits, outbox.sequence_floor, outbox.keys, outbox.unsettled_keys, outbox.producer_namespaces, outbox.operator_log FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     outbox.claim_batch(int, text, int, text[], int, bigint, int, int),
+    outbox.claimable_estimate(int, text[]),
     outbox.complete_batch(text, jsonb, int, boolean, uuid[], uuid[], text[], text[], text[], text[], text[], int[],
                           timestamptz[], text[], boolean[]),
     outbox.purge(interval, interval, int, interval),
@@ -2263,6 +2313,7 @@ DROP FUNCTION outbox.operator_log_append_only();
 DROP FUNCTION outbox.blocked_keys(text, int);
 DROP FUNCTION outbox.blocked_key_states(text);
 DROP FUNCTION outbox.claim_batch(int, text, int, text[], int, bigint, int, int);
+DROP FUNCTION outbox.claimable_estimate(int, text[]);
 DROP FUNCTION outbox.requeue_expired_leases(int, text, int, timestamptz, text[]);
 DROP FUNCTION outbox.complete_batch(text, jsonb, int, boolean, uuid[], uuid[], text[], text[], text[], text[], text[], int[],
                                     timestamptz[], text[], boolean[]);

@@ -50,7 +50,7 @@ var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_oper
 // other function of schema outbox is denied to it.
 var grantedFunctions = map[string][]string{
 	"outbox_producer":   {"enqueue", "enqueue_batch"},
-	"outbox_dispatcher": {"claim_batch", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys"},
+	"outbox_dispatcher": {"claim_batch", "claimable_estimate", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys"},
 	"outbox_operator":   {"replay_dead", "discard", "purge_audit", "grant_namespace", "revoke_namespace", "stats", "blocked_keys"},
 	"outbox_reader":     {"stats", "blocked_keys"},
 }
@@ -513,13 +513,16 @@ func TestDefinerFunctionsIgnoreCallersTemporaryObjects(t *testing.T) {
 				if _, err := store.RepairExpiredLeases(ctx, role, 10); err != nil {
 					t.Fatal(err)
 				}
+				if _, err := store.ClaimableEstimate(ctx, 10, []string{"temp"}); err != nil {
+					t.Fatal(err)
+				}
 				if _, err := store.Purge(ctx, lease.PurgeParams{AttemptsOlderThan: time.Hour, DedupeOlderThan: time.Hour, MaxRows: 10}); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := store.Stats(ctx); err != nil {
 					t.Fatal(err)
 				}
-				calls = []string{"claim_batch", "complete_batch", "repair_expired_leases", "purge", "stats"}
+				calls = []string{"claim_batch", "complete_batch", "repair_expired_leases", "claimable_estimate", "purge", "stats"}
 			case "outbox_operator":
 				store := lease.NewStore(conn)
 				moved, err := store.ReplayDead(ctx, lease.ReplayRequest{Namespace: "temp-dead", Limit: 10, DryRun: false, Reason: "decoy test"})

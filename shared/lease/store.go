@@ -343,6 +343,25 @@ func (s *Store) RepairExpiredLeases(ctx context.Context, workerID string, limit 
 	return n, nil
 }
 
+// ClaimableEstimate counts, up to limit, what claims of namespaces (nil:
+// all) could take now: due heads of ordering keys (one per key, whatever
+// the run behind it) and unordered messages, plus the messages of expired
+// leases, which a claim takes over. It reads at most limit index entries of
+// each kind, never the whole queue, so it is cheap enough to ask before
+// deciding how many dispatchers to start; it is an estimate, not a promise
+// (uncommitted claims' messages still count).
+func (s *Store) ClaimableEstimate(ctx context.Context, limit int, namespaces []string) (int, error) {
+	if len(namespaces) == 0 {
+		namespaces = nil
+	}
+	var n int64
+	err := s.db.QueryRow(ctx, `SELECT outbox.claimable_estimate($1, $2)`, limit, namespaces).Scan(&n)
+	if err != nil {
+		return 0, translate("estimate", err)
+	}
+	return int(n), nil
+}
+
 // ReplayRequest selects dead letters to move back to pending. The filters
 // combine with AND; an empty filter matches every dead letter (callers facing
 // people should refuse that unless asked explicitly).

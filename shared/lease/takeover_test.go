@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -387,6 +388,69 @@ func TestConcurrentClaimsTakeOverEachLeaseOnce(t *testing.T) {
 				'id', id, 'lease_token', lease_token, 'outcome', 'RELEASED')))
 			FROM outbox.pending WHERE claimed_by IS NOT NULL GROUP BY claimed_by`); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// The backlog estimate counts what claims could take now — due heads (a
+// key once, whatever its run), due unordered messages and expired leases —
+// up to its limit, and nothing leased, not yet due, or behind a head.
+func TestClaimableEstimate(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	estimate := func(limit int, namespaces ...string) int {
+		t.Helper()
+		n, err := store.ClaimableEstimate(ctx, limit, namespaces)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := estimate(100); n != 0 {
+		t.Fatalf("an empty queue: %d", n)
+	}
+	enqueue(t, db.Pool, 6, plain)                         // billing: 6 due
+	enqueue(t, db.Pool, 4, ordered("payments", "acct-1")) // payments: 1 head
+	enqueue(t, db.Pool, 3, func(i int) outbox.Message {   // billing: not due for an hour
+		m := plain(i)
+		m.AvailableAt = time.Now().Add(time.Hour)
+		return m
+	})
+	if n := estimate(100); n != 7 {
+		t.Fatalf("estimate %d, want 6 unordered and 1 head", n)
+	}
+	if n := estimate(100, "payments"); n != 1 {
+		t.Fatalf("payments' estimate %d, want its 1 head", n)
+	}
+	if n := estimate(4); n != 4 {
+		t.Fatalf("estimate with limit 4: %d", n)
+	}
+
+	// 3 claimed (live), 2 claimed by a claimer that crashed (expired).
+	live, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "alive", BatchSize: 3, Lease: time.Minute, Namespaces: []string{"billing"}})
+	if err != nil || len(live) != 3 {
+		t.Fatalf("claim: %d %v", len(live), err)
+	}
+	crashed, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "crashed", BatchSize: 2, Lease: time.Minute, Namespaces: []string{"billing"}})
+	if err != nil || len(crashed) != 2 {
+		t.Fatalf("claim: %d %v", len(crashed), err)
+	}
+	if n := estimate(100); n != 2 {
+		t.Fatalf("estimate %d, want the 1 unordered message and the head left", n)
+	}
+	expireLeases(t, db.Pool, ids(crashed)...)
+	if n := estimate(100); n != 4 {
+		t.Fatalf("estimate %d, want 2 due and 2 expired", n)
+	}
+	if n := estimate(3, "billing"); n != 3 {
+		t.Fatalf("billing's estimate with limit 3: %d", n)
+	}
+
+	for _, limit := range []int{0, -1, 1_000_001} {
+		if _, err := store.ClaimableEstimate(ctx, limit, nil); !errors.Is(err, lease.ErrInvalidArgument) {
+			t.Errorf("limit %d: %v, want ErrInvalidArgument", limit, err)
 		}
 	}
 }
