@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/pgtest"
 )
 
@@ -83,10 +84,10 @@ func TestClaimTakesOverExpiredLeases(t *testing.T) {
 	if n, err := store.RepairExpiredLeases(ctx, "reaper", 100); err != nil || n != 0 {
 		t.Fatalf("the reaper repaired %d (%v) after the claim took everything over", n, err)
 	}
-	if c, err := store.CompleteBatch(ctx, "lambda-crashed", dispatched(crashed)); err != nil || c[0].Status != lease.StatusLeaseLost {
+	if c, err := store.CompleteBatch(ctx, "lambda-crashed", dispatched(crashed)); err != nil || c[0].Status != outboxtype.StatusLeaseLost {
 		t.Fatalf("the crashed holder's late completion: %+v %v, want lease_lost", c, err)
 	}
-	if c, err := store.CompleteBatch(ctx, "lambda-next", dispatched(taken)); err != nil || c[0].Status != lease.StatusOK {
+	if c, err := store.CompleteBatch(ctx, "lambda-next", dispatched(taken)); err != nil || c[0].Status != outboxtype.StatusOK {
 		t.Fatalf("the new holder's completion: %+v %v", c, err)
 	}
 }
@@ -120,7 +121,7 @@ func TestClaimLeavesLiveLeasesAlone(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'ZOMBIE_REQUEUE'`); n != 0 {
 		t.Fatalf("%d ZOMBIE_REQUEUE outcomes for live leases", n)
 	}
-	if c, err := store.CompleteBatch(ctx, "alive", dispatched(held)); err != nil || slices.ContainsFunc(c, func(c lease.Completion) bool { return c.Status != lease.StatusOK }) {
+	if c, err := store.CompleteBatch(ctx, "alive", dispatched(held)); err != nil || slices.ContainsFunc(c, func(c lease.Completion) bool { return c.Status != outboxtype.StatusOK }) {
 		t.Fatalf("the holder's completion: %+v %v", c, err)
 	}
 }
@@ -210,7 +211,7 @@ func TestClaimTakeoverDeadLettersAtTheCeiling(t *testing.T) {
 	if len(first) != 2 {
 		t.Fatalf("claimed %d, want the key's head and the unordered message", len(first))
 	}
-	var head lease.Message
+	var head outboxtype.Message
 	for _, m := range first {
 		if m.OrderingKey != "" {
 			head = m
@@ -218,7 +219,7 @@ func TestClaimTakeoverDeadLettersAtTheCeiling(t *testing.T) {
 	}
 	results := dispatched(first)
 	for i := range results {
-		results[i].Outcome, results[i].ErrorCode, results[i].OnDead = lease.Retryable, "TARGET_5XX", lease.OnDeadPark
+		results[i].Outcome, results[i].ErrorCode, results[i].OnDead = outboxtype.OutcomeRetryable, "TARGET_5XX", outboxtype.OnDeadPark
 	}
 	if _, err := store.CompleteBatch(ctx, "w", results); err != nil {
 		t.Fatal(err)
