@@ -1369,9 +1369,15 @@ RETURNS TABLE(id uuid, namespace text, topic text, tenant_id text, dedupe_key te
               lease_expires_at timestamptz, created_at timestamptz, payload_bytes int)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
--- A generic plan cannot see the LIMIT and falls back to a sequential scan
--- and sort; a custom plan walks pending_claimable in order and stops.
-SET plan_cache_mode = force_custom_plan
+-- One plan per statement and session: planning afresh on every call cost a
+-- hot key's claim of 100 more than running it (2.0 ms against 1.5 ms with
+-- the plan cached). A generic plan cannot see the LIMIT, and would walk the
+-- queue and sort it; with sequential scans and sorts refused below, every
+-- statement is planned as the walk of its index that it must be (the claim
+-- index in (next_attempt_at, id) order, a key's run in sequence order, the
+-- lease by primary key), whatever the statistics said when it was planned.
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
 -- Every statement here reads at most p_batch_size heads and their runs by
 -- index, which a JIT compilation (tens of milliseconds, not cached between
 -- calls) never repays. The planner cannot know that: it estimates the runs

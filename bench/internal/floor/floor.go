@@ -8,7 +8,6 @@ package floor
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -126,21 +125,20 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 		if err != nil {
 			return Result{}, err
 		}
-		// As claim_batch does: a generic plan cannot see the LIMIT, and
-		// after five executions PostgreSQL may switch a prepared statement
-		// to one (a sort of the whole queue). The completion, as
-		// complete_batch's statements do, runs on a generic plan instead,
-		// made once: its = ANY probes of the primary key are right for any
-		// batch. Each completion switches the session to generic plans and
-		// back in its own round trip.
-		cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+		// As claim_batch and complete_batch do: each statement on a plan
+		// made once per session, generic, with sequential scans and sorts
+		// refused so that the plan is the walk of the index it must be
+		// whatever the statistics said when it was made (a generic plan
+		// cannot see the claim's LIMIT).
+		cfg.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		cfg.RuntimeParams["enable_seqscan"] = "off"
+		cfg.RuntimeParams["enable_sort"] = "off"
 		c, err := pgconn.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return Result{}, err
 		}
 		conns[i] = c
-		for _, s := range []struct{ name, sql string }{{"claim", ClaimSQL}, {"complete", CompleteSQL},
-			{"generic", "SET plan_cache_mode = force_generic_plan"}, {"custom", "SET plan_cache_mode = force_custom_plan"}} {
+		for _, s := range []struct{ name, sql string }{{"claim", ClaimSQL}, {"complete", CompleteSQL}} {
 			if _, err := c.Prepare(ctx, s.name, s.sql, nil); err != nil {
 				return Result{}, fmt.Errorf("prepare %s: %w", s.name, err)
 			}
@@ -194,18 +192,7 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 				}
 				ids.WriteByte('}')
 				began = time.Now()
-				batch := &pgconn.Batch{}
-				batch.ExecPrepared("generic", nil, nil, nil)
-				batch.ExecPrepared("complete", [][]byte{worker, ids.Bytes(), token}, nil, nil)
-				batch.ExecPrepared("custom", nil, nil, nil)
-				var tag pgconn.CommandTag
-				results, err := c.ExecBatch(ctx, batch).ReadAll()
-				for _, r := range results {
-					err = cmp.Or(err, r.Err)
-				}
-				if err == nil && len(results) == 3 {
-					tag = results[1].CommandTag
-				}
+				tag, err := c.ExecPrepared(ctx, "complete", [][]byte{worker, ids.Bytes(), token}, nil, nil).Close()
 				end := time.Now()
 				took = end.Sub(began)
 				t.complete += took
