@@ -2,8 +2,8 @@
 // emulation at an offered rate and prints what it measured (package
 // shared/testkit/deploybench): the commit-to-receipt latency of every
 // message, the throughput, the claims per second. It creates a scratch
-// database on the server OUTBOX_BENCH_DATABASE_URL names (else
-// OUTBOX_TEST_DATABASE_URL, else the local test server) and drops it.
+// database on the server -database-url names (by default the test server,
+// OUTBOX_TEST_DATABASE_URL) and drops it.
 //
 //	go run ./shared/testkit/deploybench/cmd/deploybench [-rate 1000] [-duration 60s] [-compression 12] …
 package main
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
 	"github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
@@ -29,6 +30,7 @@ func main() {
 		cfg      deploybench.Config
 		env      string
 		jsonPath string
+		server   string
 	)
 	flag.Float64Var(&cfg.Rate, "rate", 1000, "offered messages per second (0: none)")
 	flag.IntVar(&cfg.MessagesPerTx, "tx", 5, "messages per producer transaction")
@@ -41,6 +43,7 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", deploybench.TemplateTimeout, "the dispatch function's timeout")
 	flag.IntVar(&cfg.ReservedConcurrency, "reserved-concurrency", 0, "the dispatch function's reserved concurrency (0: none)")
 	flag.StringVar(&env, "env", "", "extra dispatch function variables, KEY=VALUE,KEY=VALUE (override the template's)")
+	flag.StringVar(&server, "database-url", pgtest.URL(), "PostgreSQL superuser URL (it creates and drops a scratch database)")
 	flag.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
 	flag.Parse()
 	if env != "" {
@@ -50,22 +53,15 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, cfg, jsonPath); err != nil {
+	if err := run(ctx, cfg, server, jsonPath); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, cfg deploybench.Config, jsonPath string) error {
+func run(ctx context.Context, cfg deploybench.Config, server, jsonPath string) error {
 	binary, err := lambdatest.BuildBinary("dispatch")
 	if err != nil {
 		return err
-	}
-	server := os.Getenv("OUTBOX_BENCH_DATABASE_URL")
-	if server == "" {
-		server = os.Getenv("OUTBOX_TEST_DATABASE_URL")
-	}
-	if server == "" {
-		server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
 	db, err := workload.CreateDatabase(ctx, server, "outbox_deploybench")
 	if err != nil {
