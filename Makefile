@@ -70,11 +70,11 @@ bench-deployment: ## The deployment under the Lambda emulation: dispatch on the 
 # ---- Reliability: the fault-injection soak and the fuzz targets ----
 .PHONY: soak fuzz
 # The soak reads SOAK_MESSAGES, SOAK_KILLS, SOAK_RESTARTS, SOAK_BURSTS,
-# SOAK_DISPATCHERS, SOAK_PRODUCERS, SOAK_TIMEOUT and SOAK_JSON (cmd/soak).
+# SOAK_DISPATCHERS, SOAK_PRODUCERS, SOAK_TIMEOUT and SOAK_JSON (shared/testkit/soak/cmd/soak).
 export SOAK_MESSAGES SOAK_KILLS SOAK_RESTARTS SOAK_BURSTS SOAK_DISPATCHERS SOAK_PRODUCERS SOAK_TIMEOUT SOAK_JSON
 
 soak: ## Fault-injection soak: 1,000,000 messages (SOAK_MESSAGES=n for fewer) through 8 real dispatch processes, with kills, PostgreSQL restarts and a failing target; prints the figures (docs/RELIABILITY.md)
-	$(GO) run ./cmd/soak
+	$(GO) run ./shared/testkit/soak/cmd/soak
 
 FUZZTIME ?= 30s
 # package:target, every fuzz target of the module; plain `go test` replays

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/eventbridgefake"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // BenchmarkColdStart measures each function's bootstrap from process start

@@ -21,12 +21,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/dispatch"
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
 	"github.com/outboxkit/dispatcher/shared/sink"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // sinkSecret is the webhook signing secret shared by the test sink and the

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
-	"github.com/outboxkit/dispatcher/shared/telemetry/emf/emftest"
+	"github.com/outboxkit/dispatcher/shared/testkit/emftest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // The template lets the operator raise the application log level

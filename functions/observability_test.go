@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/dispatch"
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
-	"github.com/outboxkit/dispatcher/shared/telemetry/emf/emftest"
+	"github.com/outboxkit/dispatcher/shared/testkit/emftest"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // The metrics function's documents equal outbox.stats(), parse under the

@@ -21,11 +21,11 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/moto"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/testkit/moto"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { moto.Main(m) }

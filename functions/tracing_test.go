@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
-	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/eventbridgefake"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/snsfake"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // xrayDaemon stands in for the X-Ray daemon: a UDP listener that collects

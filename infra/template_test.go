@@ -20,7 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
-	"github.com/outboxkit/dispatcher/shared/telemetry/emf/emftest"
+	"github.com/outboxkit/dispatcher/shared/testkit/emftest"
 )
 
 // node wraps a YAML node with map-style access; CloudFormation's short-form

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/dispatcher/migrations"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/migrations"
-	"github.com/outboxkit/dispatcher/shared/awstest/moto"
 	"github.com/outboxkit/dispatcher/shared/localpg"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/moto"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // run executes outboxctl in-process with args and returns its output, its

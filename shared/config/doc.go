@@ -61,5 +61,5 @@
 // checked by a test; another test parses the module and fails when an
 // OUTBOX_* variable is read outside this package and dispatchconfig, or in
 // both (the test harness's OUTBOX_TEST_* variables are read by
-// shared/pgtest alone), or when a registered variable is read nowhere.
+// shared/testkit/pgtest alone), or when a registered variable is read nowhere.
 package config

@@ -159,7 +159,7 @@ var Variables = []Variable{
 	// The operator CLI (cmd/outboxctl).
 	text(SinkSecretVariable, "", "outboxctl", "Signing secret (whsec_… or base64) that outboxctl sink verifies deliveries with; a route's signing_secret_env may name it."),
 
-	// The test harness: read by shared/pgtest alone, never by the product.
+	// The test harness: read by shared/testkit/pgtest alone, never by the product.
 	text("OUTBOX_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "make test", "Server the tests create their databases on; its user must create databases and roles."),
 	text("OUTBOX_TEST_KEEP_DATABASES", "", "make test", "Set to keep each test's database for inspection."),
 }

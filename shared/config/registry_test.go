@@ -17,7 +17,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // readmeBlock returns the text between <!-- name:begin --> and
@@ -49,18 +49,18 @@ func TestREADMEConfigurationReferenceMatchesTheRegistry(t *testing.T) {
 // and its part for the dispatch function.
 var readers = []string{"shared/config", "shared/config/dispatchconfig"}
 
-// The test harness reads its own OUTBOX_TEST_* variables (shared/pgtest)
+// The test harness reads its own OUTBOX_TEST_* variables (shared/testkit/pgtest)
 // and sets the functions' variables for the processes it launches; it is
 // the only other place where a Go string may start with OUTBOX_.
-var harness = []string{"shared/pgtest", "shared/soak", "shared/lambdatest", "shared/localpg", "cmd/soak", "shared/testkit"}
+var harness = []string{"shared/testkit"}
 
 // inHarness reports whether pkg is one of the harness packages or below one.
 func inHarness(pkg string) bool {
 	return slices.ContainsFunc(harness, func(h string) bool { return pkg == h || strings.HasPrefix(pkg, h+"/") })
 }
 
-// testVariables are the harness's own: read by shared/pgtest alone.
-const testVariables, testReader = "OUTBOX_TEST_", "shared/pgtest"
+// testVariables are the harness's own: read by shared/testkit/pgtest alone.
+const testVariables, testReader = "OUTBOX_TEST_", "shared/testkit/pgtest"
 
 // outboxLiteral is a Go string naming an OUTBOX_* variable: the name alone
 // (what a read passes to getenv), or NAME=value (a variable set for a
@@ -130,7 +130,7 @@ func moduleLiterals(t *testing.T) []literal {
 
 // Every OUTBOX_* variable is read in exactly one package: the functions'
 // and the CLI's in this one or, the dispatch function's own, in
-// dispatchconfig; the test harness's in shared/pgtest. Every name in the
+// dispatchconfig; the test harness's in shared/testkit/pgtest. Every name in the
 // code is registered (and so documented).
 func TestEveryVariableIsReadInExactlyOnePackage(t *testing.T) {
 	t.Parallel()
@@ -196,7 +196,7 @@ func TestEveryRegisteredVariableIsRead(t *testing.T) {
 	}
 }
 
-// The registry documents the harness's default server, which shared/pgtest
+// The registry documents the harness's default server, which shared/testkit/pgtest
 // (which the product must not import) declares.
 func TestTheTestServerDefaultIsPgtests(t *testing.T) {
 	t.Parallel()

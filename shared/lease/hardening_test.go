@@ -13,7 +13,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // A dedupe key's window counts from its message's delivery, not from its

@@ -19,8 +19,8 @@ import (
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/retry"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // enqueue writes n messages built by build(i) in batches.

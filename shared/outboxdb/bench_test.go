@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 var payload512 = json.RawMessage(fmt.Sprintf(`{"tenant_id":"tenant-42","turn_id":"turn-1","request_id":"req-1","model":"m-large","tokens_in":1200,"tokens_out":340,"policy_version_applied":7,"pad":%q}`,

@@ -12,8 +12,8 @@ import (
 
 	"github.com/outboxkit/dispatcher/migrations"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/serve"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // notifications counts what arrives on the channel until quiet passes

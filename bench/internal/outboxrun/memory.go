@@ -16,8 +16,8 @@ import (
 
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
 )
 
 // MemoryResult is the dispatch function's memory on one invocation.
@@ -58,7 +58,7 @@ func (s *eventBridgeSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte(b.String()))
 }
 
-// Memory builds the real dispatch bootstrap (shared/lambdatest.BuildBinary,
+// Memory builds the real dispatch bootstrap (shared/testkit/lambdatest.BuildBinary,
 // the deployment's flags), enqueues messages, launches the binary under
 // the Lambda Runtime API harness with an EventBridge route whose endpoint is
 // a local sink answering success, invokes it once for the whole batch and

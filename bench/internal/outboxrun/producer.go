@@ -11,7 +11,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // ProducerResult is the cost of one Enqueue inside a producer's
@@ -37,7 +37,7 @@ func (r ProducerResult) AddedRoundTrips() int64 { return r.RoundTripsWith - r.Ro
 // ProducerTx measures a business transaction — BEGIN, a compare-and-set
 // UPDATE of one row, COMMIT — with and without one outbox.Enqueue in it,
 // alternating the two so that both see the same machine. It counts the
-// round trips of each on the wire (shared/pgtest.RoundTrips).
+// round trips of each on the wire (shared/testkit/pgtest.RoundTrips).
 func ProducerTx(ctx context.Context, srv *scratch.Server, spec workload.Spec, samples int) (ProducerResult, error) {
 	var res ProducerResult
 	db, err := srv.CreateMigrated(ctx, "producer")

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/route"
 	"github.com/outboxkit/dispatcher/shared/target"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/snsfake"
 )
 
 // LocalTarget is a real target type served on this machine with a fixed
@@ -100,7 +100,7 @@ func NewWebhookTarget(latency time.Duration) (*LocalTarget, error) {
 var SNSFIFOTopic = snsfake.TopicARN("bench-ordered.fifo")
 
 // NewSNSFIFOTarget serves the project's wire-level SNS fake
-// (shared/awstest/snsfake), every PublishBatch taking latency, and routes
+// (shared/testkit/awsfake/snsfake), every PublishBatch taking latency, and routes
 // everything to a FIFO topic on it: the real SNS publisher, through the AWS
 // SDK's serializer, signer and retryer, sends each key's run in ordered
 // PublishBatch calls of up to 10.

@@ -246,13 +246,13 @@ func Markdown(r *suite.Results, plotFile string) string {
 		p("| `BEGIN`; `UPDATE orders ... RETURNING version`; `COMMIT` | %s | %s | %d |\n", msec(pr.Without.P50), msec(pr.Without.P99), pr.RoundTripsWithout)
 		p("| the same with one `outbox.Enqueue` before the commit | %s | %s | %d |\n", msec(pr.With.P50), msec(pr.With.P99), pr.RoundTripsWith)
 		p("| **added by the Enqueue** | **%+.2f ms** | **%+.2f ms** | **%+d** |\n\n", ms(pr.AddedP50()), ms(pr.AddedP99()), pr.AddedRoundTrips())
-		p("%d transactions of each kind on one connection, alternating, each updating one of 10,000 rows and (with) enqueueing one %d-byte message with a dedupe key; synchronous commit, so the commit's WAL flush is in both. Round trips are counted on the wire by `shared/pgtest.RoundTrips` (a write after a read starts one): once the connection has prepared the statement, `Enqueue` is one round trip; on a connection's first use pgx prepares it first, so that transaction had %d round trips (+%d).\n\n",
+		p("%d transactions of each kind on one connection, alternating, each updating one of 10,000 rows and (with) enqueueing one %d-byte message with a dedupe key; synchronous commit, so the commit's WAL flush is in both. Round trips are counted on the wire by `shared/testkit/pgtest.RoundTrips` (a write after a read starts one): once the connection has prepared the statement, `Enqueue` is one round trip; on a connection's first use pgx prepares it first, so that transaction had %d round trips (+%d).\n\n",
 			r.Config.ProducerSamples, cfg.Spec.PayloadBytes, pr.RoundTripsFirstUse, pr.RoundTripsFirstUse-pr.RoundTripsWithout)
 	}
 
 	if m := r.Memory; m.PeakHWM > 0 {
 		p("### Memory per invocation\n\n")
-		p("The real dispatch bootstrap (built by `shared/lambdatest.BuildBinary` with the deployment's flags) ran under the Lambda Runtime API harness (`lambdatest.Launch`) with `OUTBOX_ROUTES` pointing at one EventBridge route whose endpoint (`AWS_ENDPOINT_URL_EVENTBRIDGE`) is a local HTTP server answering every `PutEvents` with success. One invocation (`{\"batch_size\":%d,\"max_batches\":1}`) claimed and delivered %d messages of %d bytes in %d `PutEvents` calls (%s).\n\n",
+		p("The real dispatch bootstrap (built by `shared/testkit/lambdatest.BuildBinary` with the deployment's flags) ran under the Lambda Runtime API harness (`lambdatest.Launch`) with `OUTBOX_ROUTES` pointing at one EventBridge route whose endpoint (`AWS_ENDPOINT_URL_EVENTBRIDGE`) is a local HTTP server answering every `PutEvents` with success. One invocation (`{\"batch_size\":%d,\"max_batches\":1}`) claimed and delivered %d messages of %d bytes in %d `PutEvents` calls (%s).\n\n",
 			m.Messages, m.Delivered, cfg.Spec.PayloadBytes, m.PutEventsCalls, human(m.Duration.Round(time.Millisecond)))
 		p("| | `/proc/<pid>/status` |\n|---|---:|\n| peak resident set after the cold start (VmHWM) | %.1f MiB |\n| **peak resident set after the invocation (VmHWM)** | **%.1f MiB** |\n| resident set after the invocation (VmRSS) | %.1f MiB |\n\n",
 			mib(m.ColdHWM), mib(m.PeakHWM), mib(m.RSS))

@@ -9,10 +9,10 @@ import (
 	awseb "github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/eventbridgefake"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // BenchmarkPublishLittlesLaw measures throughput against Little's law: with

@@ -14,11 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awseb "github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/eventbridgefake"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // A publisher whose client has no usable credentials — none configured, or

@@ -16,11 +16,11 @@ import (
 	awseb "github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/eventbridgefake"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // conformanceOverhead is what a publishtest message's entry adds to its

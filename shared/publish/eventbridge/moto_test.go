@@ -15,11 +15,11 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/moto"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/moto"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 func TestMain(m *testing.M) { moto.Main(m) }

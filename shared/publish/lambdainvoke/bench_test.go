@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // BenchmarkPublishLittlesLaw measures delivered messages per second through

@@ -13,10 +13,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/lambdafake"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/lambdafake"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 const testFunction = "arn:aws:lambda:us-east-1:123456789012:function:audit-sink"

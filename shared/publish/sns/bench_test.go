@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // BenchmarkPublishLittlesLaw publishes 10,000 messages of about 512 bytes,

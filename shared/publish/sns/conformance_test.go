@@ -5,9 +5,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/snsfake"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 func TestConformance(t *testing.T) {

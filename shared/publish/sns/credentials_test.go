@@ -13,11 +13,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/snsfake"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // A publisher whose client has no usable credentials — none configured, or

@@ -13,11 +13,11 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/moto"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
+	"github.com/outboxkit/dispatcher/shared/testkit/moto"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 func TestMain(m *testing.M) { moto.Main(m) }

@@ -19,11 +19,11 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/snsfake"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // A batch of ten with two entries refused: exactly those two answered as

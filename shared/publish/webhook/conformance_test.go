@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
 	"github.com/outboxkit/dispatcher/shared/sink"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // sinkDouble is a real receiver (shared/sink: the signature is verified

@@ -10,7 +10,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // testSecret is the raw signing key every test signs with.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // TestNoGoroutineLeaks runs every path — delivered, error answers,

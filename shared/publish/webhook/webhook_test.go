@@ -24,7 +24,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/publish/publishtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 func TestStatusMapping(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
-	"github.com/outboxkit/dispatcher/shared/telemetry/emf/emftest"
+	"github.com/outboxkit/dispatcher/shared/testkit/emftest"
 )
 
 var fn = emf.Dimension{Name: "FunctionName", Value: "outbox-dispatch"}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
-	"github.com/outboxkit/dispatcher/shared/telemetry/emf/emftest"
+	"github.com/outboxkit/dispatcher/shared/testkit/emftest"
 )
 
 // Lambda's log-level filtering reads a document without a level as INFO:

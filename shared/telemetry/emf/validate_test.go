@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxkit/dispatcher/shared/telemetry/emf/emftest"
+	"github.com/outboxkit/dispatcher/shared/testkit/emftest"
 )
 
 func TestValidatorRejectsInvalidDocuments(t *testing.T) {

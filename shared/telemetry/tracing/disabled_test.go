@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // disabledTracer is disabled although a daemon is configured: the daemon

@@ -22,8 +22,8 @@ import (
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // code is a named string type, as outboxtype.Code is.

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // TestSmallRunDeliversEverything runs the driver briefly and checks what

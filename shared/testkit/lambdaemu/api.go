@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/lambdafake"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/lambdafake"
 )
 
 // Lambda's payload limits: a RequestResponse request, and an Event's
@@ -25,7 +25,7 @@ const (
 
 // serveInvokeAPI answers Lambda's Invoke operation as the real
 // aws-sdk-go-v2 client calls it; its errors are written in Lambda's wire
-// format by the same code as shared/awstest/lambdafake's.
+// format by the same code as shared/testkit/awsfake/lambdafake's.
 func (e *Emulator) serveInvokeAPI(w http.ResponseWriter, r *http.Request) {
 	payload, readErr := io.ReadAll(io.LimitReader(r.Body, MaxSyncPayloadBytes+1))
 	apiError := func(status int, typ, message string) {

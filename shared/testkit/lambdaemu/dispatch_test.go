@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // TestDispatchDeliversToAnEmulatedLambdaTarget runs the real dispatch

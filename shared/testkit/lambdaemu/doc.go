@@ -19,7 +19,7 @@
 // acquire gives an invocation the most recently used idle environment,
 // else a new one if the function's concurrency allows; execute cold-starts
 // a new environment, hands the event to the bootstrap through its own
-// Runtime API (shared/lambdatest) and enforces the deadline by SIGKILL.
+// Runtime API (shared/testkit/lambdatest) and enforces the deadline by SIGKILL.
 //
 // # What is emulated faithfully
 //
@@ -59,7 +59,7 @@
 // $LATEST as the only qualifier; invocation types RequestResponse, Event
 // and DryRun; the answers' headers (x-amzn-RequestId, the request id the
 // runtime saw; X-Amz-Function-Error; X-Amz-Executed-Version); errors in
-// Lambda's wire format (the same code as shared/awstest/lambdafake); the
+// Lambda's wire format (the same code as shared/testkit/awsfake/lambdafake); the
 // payload limits. Every function gets AWS_ENDPOINT_URL_LAMBDA pointing at
 // the emulator, so a function that invokes itself or another function with
 // the real SDK client reaches the emulation.

@@ -9,8 +9,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
 )
 
 // probeAnswer is the probe function's response (internal/probe).

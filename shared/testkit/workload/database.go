@@ -15,7 +15,7 @@ import (
 )
 
 // Database is a scratch database with the outbox migrations applied, for
-// programs that are not tests (tests use shared/pgtest).
+// programs that are not tests (tests use shared/testkit/pgtest).
 type Database struct {
 	Name string
 	// URL connects to it as the server URL's (super)user.

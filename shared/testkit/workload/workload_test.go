@@ -9,9 +9,9 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 	"github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
 

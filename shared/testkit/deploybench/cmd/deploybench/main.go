@@ -19,9 +19,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
-	"github.com/outboxkit/dispatcher/shared/pgtest"
 	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 	"github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/moto"
+	"github.com/outboxkit/dispatcher/shared/testkit/moto"
 )
 
 func TestMain(m *testing.M) { moto.Main(m) }

@@ -17,7 +17,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/snsfake"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/snsfake"
 )
 
 // client is a real SNS client without SDK retries, so that every call the

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/lambdafake"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/lambdafake"
 )
 
 // TestSpeaksTheInvokeAPI holds the fake to what the real SDK client expects

@@ -2,13 +2,13 @@
 // it injects faults — SIGKILLed dispatchers, PostgreSQL restarts, a
 // failing, slow and throttling target, rolled-back producer transactions —
 // then proves what reached the target: nothing lost, duplicates only where
-// a fault made them unavoidable, order kept per key. See shared/soak for
+// a fault made them unavoidable, order kept per key. See shared/testkit/soak for
 // what is injected and how each figure is counted, and docs/RELIABILITY.md
 // for the results.
 //
 //	make soak                        # 1,000,000 messages, 24 kills, 2 restarts
 //	SOAK_MESSAGES=20000 make soak    # smaller; faults scale with SOAK_KILLS etc.
-//	go run ./cmd/soak -quick         # the variant the test suite runs
+//	go run ./shared/testkit/soak/cmd/soak -quick         # the variant the test suite runs
 //
 // It runs its own PostgreSQL cluster (initdb into a temporary directory),
 // so it needs the PostgreSQL 15+ server binaries (SOAK_PG_BIN, or
@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/soak"
+	"github.com/outboxkit/dispatcher/shared/testkit/soak"
 )
 
 func main() {

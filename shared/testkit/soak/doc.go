@@ -2,7 +2,7 @@
 // messages through the real, compiled dispatch functions while it breaks
 // everything it can, then proves from the target's own record what the
 // promise to our users is — nothing lost, duplicates only where a fault
-// made them unavoidable, order kept per key. cmd/soak runs the full soak
+// made them unavoidable, order kept per key. shared/testkit/soak/cmd/soak runs the full soak
 // (make soak); TestQuickSoak runs a small one in the test suite. The
 // results are in docs/RELIABILITY.md.
 //

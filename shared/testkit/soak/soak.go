@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/dispatcher/migrations"
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
 )
 
 // Config sizes a soak run. Zero fields take the defaults of DefaultConfig.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxkit/dispatcher/shared/soak"
+	"github.com/outboxkit/dispatcher/shared/testkit/soak"
 )
 
 // TestQuickSoak is the soak the test suite runs: 20,000 messages through

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/dispatch"
-	"github.com/outboxkit/dispatcher/shared/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
 )
 
 // FleetCounts sum what the functions answered and what happened to them.

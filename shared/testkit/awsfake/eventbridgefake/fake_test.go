@@ -15,7 +15,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/uuid"
 
-	"github.com/outboxkit/dispatcher/shared/awstest/eventbridgefake"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/eventbridgefake"
 )
 
 func entry(detail string) types.PutEventsRequestEntry {
