@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
 
 // usageError is bad input on the command line: exit status 2.
@@ -78,14 +78,14 @@ func (g *globalOptions) connectWithPool(ctx context.Context, poolSize int32) (*p
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
-	deps := pgconn.Deps{ApplicationName: "outboxctl", Logger: slog.New(slog.DiscardHandler)}
-	if cfg.Source != pgconn.SourceURL {
+	deps := dbpool.Deps{ApplicationName: "outboxctl", Logger: slog.New(slog.DiscardHandler)}
+	if cfg.Source != dbpool.SourceURL {
 		// Only a secret or an IAM token needs AWS.
 		if deps.AWS, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
 			return nil, nil, fmt.Errorf("load the AWS configuration: %w", err)
 		}
 	}
-	pool, err := pgconn.Open(ctx, cfg, deps)
+	pool, err := dbpool.Open(ctx, cfg, deps)
 	if err != nil {
 		return nil, nil, err
 	}

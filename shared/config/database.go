@@ -6,11 +6,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/pgconn"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 )
 
-// databaseNames names the database settings in pgconn's messages.
-var databaseNames = pgconn.Names{
+// databaseNames names the database settings in dbpool's messages.
+var databaseNames = dbpool.Names{
 	DatabaseURL:              "OUTBOX_DATABASE_URL",
 	SecretARN:                "OUTBOX_DB_SECRET_ARN",
 	IAM:                      "OUTBOX_DB_IAM_AUTH=true",
@@ -29,17 +29,17 @@ var databaseNames = pgconn.Names{
 // LoadDatabase reads the database variables and validates them. poolSize,
 // when positive, is the pool size unless OUTBOX_DB_MAX_CONNS says otherwise
 // (for outboxctl's commands that use many connections). An empty variable
-// counts as unset. The error, a *pgconn.ConfigError, lists every problem
+// counts as unset. The error, a *dbpool.ConfigError, lists every problem
 // at once, each naming its variable; it never contains the password of a
 // connection string.
-func LoadDatabase(env Env, poolSize int32) (pgconn.Config, error) {
+func LoadDatabase(env Env, poolSize int32) (dbpool.Config, error) {
 	getenv := env.getenv()
-	var ps []pgconn.Problem
+	var ps []dbpool.Problem
 	fail := func(name, format string, args ...any) {
-		ps = append(ps, pgconn.Problem{Setting: name, Message: fmt.Sprintf(format, args...)})
+		ps = append(ps, dbpool.Problem{Setting: name, Message: fmt.Sprintf(format, args...)})
 	}
-	cfg := pgconn.Config{
-		DatabaseURL: pgconn.ConnString(getenv("OUTBOX_DATABASE_URL")),
+	cfg := dbpool.Config{
+		DatabaseURL: dbpool.ConnString(getenv("OUTBOX_DATABASE_URL")),
 		SecretARN:   getenv("OUTBOX_DB_SECRET_ARN"),
 		Host:        getenv("OUTBOX_DB_HOST"),
 		Database:    getenv("OUTBOX_DB_NAME"),
@@ -54,7 +54,7 @@ func LoadDatabase(env Env, poolSize int32) (pgconn.Config, error) {
 		v := mustLookup("OUTBOX_DB_PORT")
 		n, err := strconv.ParseUint(raw, 10, 64)
 		if err != nil || int64(n) < v.min || int64(n) > v.max {
-			fail(v.Name, "must be a port number from %d to %d, got %s", v.min, v.max, pgconn.QuoteValue(raw))
+			fail(v.Name, "must be a port number from %d to %d, got %s", v.min, v.max, dbpool.QuoteValue(raw))
 		} else {
 			cfg.Port = uint16(n)
 		}
@@ -64,7 +64,7 @@ func LoadDatabase(env Env, poolSize int32) (pgconn.Config, error) {
 		n, err := strconv.ParseInt(raw, 10, 32)
 		switch {
 		case err != nil:
-			fail(v.Name, "must be an integer from %d to %d, got %s", v.min, v.max, pgconn.QuoteValue(raw))
+			fail(v.Name, "must be an integer from %d to %d, got %s", v.min, v.max, dbpool.QuoteValue(raw))
 		case n < v.min || n > v.max:
 			fail(v.Name, "must be from %d to %d, got %d", v.min, v.max, n)
 		default:
@@ -77,21 +77,21 @@ func LoadDatabase(env Env, poolSize int32) (pgconn.Config, error) {
 	cfg.IdleInTransactionTimeout = databaseDuration(getenv, "OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT", fail)
 	cfg.ConnectTimeout = databaseDuration(getenv, "OUTBOX_DB_CONNECT_TIMEOUT", fail)
 
-	// The source; pgconn reports none, or more than one.
+	// The source; dbpool reports none, or more than one.
 	if cfg.DatabaseURL != "" {
-		cfg.Source = pgconn.SourceURL
+		cfg.Source = dbpool.SourceURL
 	}
 	if cfg.SecretARN != "" {
-		cfg.Source = pgconn.SourceSecretsManager
+		cfg.Source = dbpool.SourceSecretsManager
 	}
 	if iam {
-		cfg.Source = pgconn.SourceIAM
+		cfg.Source = dbpool.SourceIAM
 	}
-	if ce, ok := errors.AsType[*pgconn.ConfigError](cfg.Validate()); ok {
+	if ce, ok := errors.AsType[*dbpool.ConfigError](cfg.Validate()); ok {
 		ps = append(ps, ce.Problems...)
 	}
 	if len(ps) > 0 {
-		return pgconn.Config{}, &pgconn.ConfigError{Problems: ps}
+		return dbpool.Config{}, &dbpool.ConfigError{Problems: ps}
 	}
 	return cfg.WithDefaults(), nil
 }
@@ -115,7 +115,7 @@ func databaseBool(getenv func(string) string, name string, fail func(string, str
 	case "true", "1":
 		return true
 	default:
-		fail(name, "must be true, false, 1 or 0, got %s", pgconn.QuoteValue(raw))
+		fail(name, "must be true, false, 1 or 0, got %s", dbpool.QuoteValue(raw))
 		return false
 	}
 }
@@ -130,11 +130,11 @@ func databaseDuration(getenv func(string) string, name string, fail func(string,
 	v := mustLookup(name)
 	d, err := time.ParseDuration(raw)
 	if err != nil {
-		fail(name, "must be a Go duration such as 300ms, 30s or 1m, got %s", pgconn.QuoteValue(raw))
+		fail(name, "must be a Go duration such as 300ms, 30s or 1m, got %s", dbpool.QuoteValue(raw))
 		return 0
 	}
 	if lo, hi := time.Duration(v.min), time.Duration(v.max); d < lo || d > hi {
-		fail(name, "must be from %s to %s, got %s", lo, hi, pgconn.QuoteValue(raw))
+		fail(name, "must be from %s to %s, got %s", lo, hi, dbpool.QuoteValue(raw))
 		return 0
 	}
 	return d

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/pgconn"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 )
 
 // env is an Env over a map.
@@ -14,7 +14,7 @@ func env(vars map[string]string) Env {
 	return Env{Getenv: func(name string) string { return vars[name] }}
 }
 
-func loadDatabase(e Env) (pgconn.Config, error) { return LoadDatabase(e, 0) }
+func loadDatabase(e Env) (dbpool.Config, error) { return LoadDatabase(e, 0) }
 
 const testARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:outbox/db-AbCdEf"
 
@@ -26,8 +26,8 @@ func TestLoadDatabaseURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := pgconn.Config{
-		Source:                   pgconn.SourceURL,
+	want := dbpool.Config{
+		Source:                   dbpool.SourceURL,
 		DatabaseURL:              "postgres://app@db.internal:5432/outbox",
 		MaxConns:                 2,
 		StatementTimeout:         30 * time.Second,
@@ -79,7 +79,7 @@ func TestLoadDatabaseSecretsManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Source != pgconn.SourceSecretsManager || cfg.SecretARN != testARN ||
+	if cfg.Source != dbpool.SourceSecretsManager || cfg.SecretARN != testARN ||
 		cfg.Host != "outbox.proxy-abc.eu-west-1.rds.amazonaws.com" || cfg.Port != 6432 || cfg.Database != "outbox" {
 		t.Errorf("LoadDatabase = %v", cfg)
 	}
@@ -105,7 +105,7 @@ func TestLoadDatabaseIAM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Source != pgconn.SourceIAM || cfg.Port != 5432 || cfg.SSLMode != "require" || cfg.User != "outbox_dispatch" {
+	if cfg.Source != dbpool.SourceIAM || cfg.Port != 5432 || cfg.SSLMode != "require" || cfg.User != "outbox_dispatch" {
 		t.Errorf("LoadDatabase = %v", cfg)
 	}
 
@@ -209,10 +209,10 @@ func TestLoadDatabaseProblems(t *testing.T) {
 			if err == nil {
 				t.Fatalf("LoadDatabase = %v, want an error", cfg)
 			}
-			if cfg != (pgconn.Config{}) {
+			if cfg != (dbpool.Config{}) {
 				t.Errorf("LoadDatabase returned %v with its error, want the zero Config", cfg)
 			}
-			var ce *pgconn.ConfigError
+			var ce *dbpool.ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %T is not a *ConfigError: %v", err, err)
 			}
@@ -259,7 +259,7 @@ func TestLoadDatabaseReportsEveryProblemAtOnce(t *testing.T) {
 // hasProblem reports whether err is a *ConfigError with a problem for the
 // variable whose message contains fragment.
 func hasProblem(err error, variable, fragment string) bool {
-	var ce *pgconn.ConfigError
+	var ce *dbpool.ConfigError
 	if !errors.As(err, &ce) {
 		return false
 	}
@@ -272,7 +272,7 @@ func hasProblem(err error, variable, fragment string) bool {
 }
 
 // A password in OUTBOX_DATABASE_URL must not come out of an error, whatever
-// the shape of the string around it (pgconn's tests cover printing).
+// the shape of the string around it (dbpool's tests cover printing).
 func TestDatabasePasswordNeverInAnError(t *testing.T) {
 	t.Parallel()
 	const password = "Tr0ub4dor&3-s3cret"

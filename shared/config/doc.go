@@ -4,7 +4,7 @@
 // typed configuration of each function: Reaper, Replay and Metrics here,
 // and in its part for the dispatch function, package dispatchconfig,
 // Dispatch and outboxctl serve's Serve. Each is composed of the
-// components' own configurations (pgconn.Config, tracing.Config, the log
+// components' own configurations (dbpool.Config, tracing.Config, the log
 // level, and in dispatchconfig dispatch.Config and the parsed route.Table);
 // the components never see a variable's name.
 //
@@ -25,14 +25,14 @@
 // A load reads everything it needs before it reports, so that a bad
 // deployment fails its cold start once, with every problem: one line per
 // variable, naming it. The database problems come on one line from
-// pgconn, "pgconn: invalid database configuration: VARIABLE: problem; …";
+// dbpool, "dbpool: invalid database configuration: VARIABLE: problem; …";
 // the routes' from route, one per line after a line naming OUTBOX_ROUTES
 // or OUTBOX_ROUTES_FILE and the file.
 //
 // Where a component checks a combination of settings itself (a lease
 // longer than the function timeout plus the safety margin, exactly one
 // database source), this package hands it the variables' names
-// (dispatch.Names, pgconn.Names) for its messages.
+// (dispatch.Names, dbpool.Names) for its messages.
 //
 // # The Lambda runtime's variables
 //

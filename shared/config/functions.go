@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 	"github.com/outboxkit/dispatcher/shared/telemetry/logging"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
@@ -21,7 +21,7 @@ type Function struct {
 	Tracing  tracing.Config
 	// MetricsNamespace is the CloudWatch namespace of every metric.
 	MetricsNamespace string
-	Database         pgconn.Config
+	Database         dbpool.Config
 	Lambda           logging.Lambda
 }
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 	"github.com/outboxkit/dispatcher/shared/telemetry/logging"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
 )
@@ -179,7 +179,7 @@ func TestDatabaseForTheCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Source != pgconn.SourceURL || DatabaseURL(flagged) != "postgres://cli@db/x" || cfg.MaxConns != 16 || cfg.StatementTimeout != time.Minute {
+	if cfg.Source != dbpool.SourceURL || DatabaseURL(flagged) != "postgres://cli@db/x" || cfg.MaxConns != 16 || cfg.StatementTimeout != time.Minute {
 		t.Errorf("with --database-url: %v", cfg)
 	}
 	if e.WithDatabaseURL("").Getenv("OUTBOX_DB_SECRET_ARN") != testARN {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
 
 // Variable documents one environment variable and bounds its value.
@@ -105,21 +105,21 @@ const (
 // and limit is a constant of the component it configures, or of this
 // package when the component has none.
 var Variables = []Variable{
-	// Database (shared/pgconn): exactly one of the three sources.
+	// Database (shared/dbpool): exactly one of the three sources.
 	text("OUTBOX_DATABASE_URL", "", "all", "PostgreSQL URL or key=value connection string (one of the three database sources)."),
 	text("OUTBOX_DB_SECRET_ARN", "", "all", "Secrets Manager secret holding the RDS secret JSON (username, password, host, port, dbname); re-read once when a password was rotated."),
 	text("OUTBOX_DB_IAM_AUTH", "false", "all", "true: authenticate with RDS IAM tokens built per connection (needs OUTBOX_DB_HOST, OUTBOX_DB_NAME, OUTBOX_DB_USER)."),
 	text("OUTBOX_DB_HOST", "", "all", "Database host for IAM authentication, or an override of the secret's host (e.g. an RDS Proxy endpoint)."),
-	count("OUTBOX_DB_PORT", pgconn.DefaultPort, 1, 65535, "all", "Database port for IAM authentication, or an override of the secret's port."),
+	count("OUTBOX_DB_PORT", dbpool.DefaultPort, 1, 65535, "all", "Database port for IAM authentication, or an override of the secret's port."),
 	text("OUTBOX_DB_NAME", "", "all", "Database name for IAM authentication, or an override of the secret's dbname."),
 	text("OUTBOX_DB_USER", "", "all", "Database user for IAM authentication."),
-	text("OUTBOX_DB_SSLMODE", "", "all", "libpq sslmode, overriding the URL's; "+pgconn.DefaultSSLMode+" by default for the secret and IAM sources (IAM refuses anything weaker)."),
+	text("OUTBOX_DB_SSLMODE", "", "all", "libpq sslmode, overriding the URL's; "+dbpool.DefaultSSLMode+" by default for the secret and IAM sources (IAM refuses anything weaker)."),
 	text("OUTBOX_DB_SSLROOTCERT", "", "all", "CA bundle file for sslmode verify-ca or verify-full (the RDS bundle is not in the system trust store)."),
-	count("OUTBOX_DB_MAX_CONNS", pgconn.DefaultMaxConns, 1, pgconn.MaxMaxConns, "all", "Pool size per function instance ({min}-{max}); one invocation runs at a time."),
+	count("OUTBOX_DB_MAX_CONNS", dbpool.DefaultMaxConns, 1, dbpool.MaxMaxConns, "all", "Pool size per function instance ({min}-{max}); one invocation runs at a time."),
 	text("OUTBOX_DB_SIMPLE_PROTOCOL", "false", "all", "true behind RDS Proxy: no prepared statements, so sessions are not pinned."),
-	duration("OUTBOX_DB_STATEMENT_TIMEOUT", pgconn.DefaultStatementTimeout, pgconn.MinTimeout, pgconn.MaxSessionTimeout, "all", "statement_timeout set on every connection."),
-	duration("OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT", pgconn.DefaultIdleInTransactionTimeout, pgconn.MinTimeout, pgconn.MaxSessionTimeout, "all", "idle_in_transaction_session_timeout set on every connection."),
-	duration("OUTBOX_DB_CONNECT_TIMEOUT", pgconn.DefaultConnectTimeout, pgconn.MinTimeout, pgconn.MaxConnectTimeout, "all", "Timeout for opening a connection."),
+	duration("OUTBOX_DB_STATEMENT_TIMEOUT", dbpool.DefaultStatementTimeout, dbpool.MinTimeout, dbpool.MaxSessionTimeout, "all", "statement_timeout set on every connection."),
+	duration("OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT", dbpool.DefaultIdleInTransactionTimeout, dbpool.MinTimeout, dbpool.MaxSessionTimeout, "all", "idle_in_transaction_session_timeout set on every connection."),
+	duration("OUTBOX_DB_CONNECT_TIMEOUT", dbpool.DefaultConnectTimeout, dbpool.MinTimeout, dbpool.MaxConnectTimeout, "all", "Timeout for opening a connection."),
 
 	// Routing (shared/route).
 	text("OUTBOX_ROUTES", "", "dispatch", "The routes as JSON (see Routes); one of OUTBOX_ROUTES and OUTBOX_ROUTES_FILE is required."),

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/config"
-	"github.com/outboxkit/dispatcher/shared/retry"
 )
 
 // Config is the engine's configuration. Zero fields take their defaults.
@@ -52,7 +52,7 @@ type Config struct {
 	TargetConcurrency int
 	// Clock and Jitter are injectable for tests.
 	Clock  func() time.Time
-	Jitter retry.Jitter
+	Jitter backoff.Jitter
 
 	// Names names the settings in Validate's messages.
 	Names Names
@@ -123,7 +123,7 @@ func (c Config) WithDefaults() Config {
 		c.Clock = time.Now
 	}
 	if c.Jitter == nil {
-		c.Jitter = retry.FullJitter
+		c.Jitter = backoff.FullJitter
 	}
 	c.Names = c.Names.withDefaults()
 	return c

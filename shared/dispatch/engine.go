@@ -59,10 +59,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/retry"
 	"github.com/outboxkit/dispatcher/shared/route"
 	"github.com/outboxkit/dispatcher/shared/telemetry/redact"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
@@ -539,7 +539,7 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 	res := it.result
 	if (res.Kind == publish.Terminal || res.Kind == publish.Retryable) && configurationFailure[res.Code] &&
 		(it.route == nil || it.route.OnConfigError != route.OnConfigErrorDead) {
-		policy := retry.Default
+		policy := backoff.Default
 		if it.route != nil {
 			policy = it.route.Retry
 		}
@@ -558,12 +558,12 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 		return r
 	case publish.Retryable:
 		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)
-		policy := retry.Default
+		policy := backoff.Default
 		if it.route != nil {
 			policy = it.route.Retry
 		}
 		at, err := policy.Next(now, m.Attempt, res.RetryAfter, e.cfg.Jitter)
-		if errors.Is(err, retry.ErrExhausted) {
+		if errors.Is(err, backoff.ErrExhausted) {
 			r.Outcome = outboxtype.OutcomeFailed
 			r.ErrorMessage = fmt.Sprintf("retries exhausted after attempt %d of %d: %s", m.Attempt, policy.MaxAttempts, r.ErrorMessage)
 			return r

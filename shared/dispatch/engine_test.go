@@ -14,12 +14,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/retry"
 	"github.com/outboxkit/dispatcher/shared/route"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
@@ -638,8 +638,8 @@ func TestHoldBackoffIsBounded(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	for _, attempt := range []int{1, 2, 5, 50, 5000} {
-		for _, jitter := range []retry.Jitter{nil, func(time.Duration) time.Duration { return 0 }} {
-			at := retry.Default.Hold(now, attempt, dispatch.HoldMinDelay, dispatch.HoldMaxDelay, jitter)
+		for _, jitter := range []backoff.Jitter{nil, func(time.Duration) time.Duration { return 0 }} {
+			at := backoff.Default.Hold(now, attempt, dispatch.HoldMinDelay, dispatch.HoldMaxDelay, jitter)
 			if d := at.Sub(now); d < dispatch.HoldMinDelay/2 || d > dispatch.HoldMaxDelay {
 				t.Fatalf("attempt %d held for %s, want within [%s, %s]", attempt, d, dispatch.HoldMinDelay/2, dispatch.HoldMaxDelay)
 			}

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 	"github.com/outboxkit/dispatcher/shared/telemetry/logging"
 	"github.com/outboxkit/dispatcher/shared/telemetry/tracing"
 )
@@ -75,7 +75,7 @@ func Connect(ctx context.Context, function string, cfg config.Function, deps Dep
 		}
 	}
 	rt.Tracer.InstrumentAWS(&awsCfg)
-	pool, err := pgconn.Open(ctx, cfg.Database, pgconn.Deps{
+	pool, err := dbpool.Open(ctx, cfg.Database, dbpool.Deps{
 		AWS: awsCfg, ApplicationName: "outbox-dispatcher/" + function, Logger: rt.Log,
 		ConfigurePool: func(c *pgxpool.Config) { c.ConnConfig.Tracer = rt.Tracer.PgxTracer() },
 	})

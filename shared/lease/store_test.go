@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
-	"github.com/outboxkit/dispatcher/shared/retry"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
@@ -253,7 +253,7 @@ func TestRetryReschedulesThenDeadLetters(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	store := lease.NewStore(db.Pool)
-	policy := retry.Policy{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 10 * time.Second}
+	policy := backoff.Policy{MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 10 * time.Second}
 	// Pin the jitter to its ceiling so that every delay is the bound itself.
 	ceiling := func(d time.Duration) time.Duration { return d }
 	id := enqueue(t, db.Pool, 1, plain)[0].ID
@@ -271,7 +271,7 @@ func TestRetryReschedulesThenDeadLetters(t *testing.T) {
 		now := time.Now()
 		r := lease.Result{ID: m.ID, LeaseToken: m.LeaseToken, Outcome: outboxtype.OutcomeRetryable, ErrorCode: "TARGET_5XX", ErrorMessage: fmt.Sprintf("503 on attempt %d", attempt)}
 		retryAt, err := policy.Next(now, m.Attempt, 0, ceiling)
-		if errors.Is(err, retry.ErrExhausted) {
+		if errors.Is(err, backoff.ErrExhausted) {
 			r.Outcome = outboxtype.OutcomeFailed
 		} else {
 			r.RetryAt = retryAt
@@ -337,7 +337,7 @@ func TestRetryReschedulesThenDeadLetters(t *testing.T) {
 
 func TestJitteredRetriesStayWithinPolicy(t *testing.T) {
 	t.Parallel()
-	policy := retry.Policy{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: time.Minute}
+	policy := backoff.Policy{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: time.Minute}
 	now := time.Unix(1_800_000_000, 0)
 	for attempt := 1; attempt < policy.MaxAttempts; attempt++ {
 		for range 200 {

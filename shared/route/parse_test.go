@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/dispatcher/shared/retry"
+	"github.com/outboxkit/dispatcher/shared/backoff"
 )
 
 // config wraps routes (JSON objects) in a configuration.
@@ -454,13 +454,13 @@ func TestParseAppliesDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, w := range []struct {
-		retry   retry.Policy
+		retry   backoff.Policy
 		payload int
 	}{
-		{retry.Default, 262144},
-		{retry.Policy{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 15 * time.Minute}, 262144},
-		{retry.Policy{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: time.Hour}, 1048576},
-		{retry.Policy{MaxAttempts: 12, BaseDelay: 2 * time.Second, MaxDelay: 15 * time.Minute}, 1048576},
+		{backoff.Default, 262144},
+		{backoff.Policy{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 15 * time.Minute}, 262144},
+		{backoff.Policy{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: time.Hour}, 1048576},
+		{backoff.Policy{MaxAttempts: 12, BaseDelay: 2 * time.Second, MaxDelay: 15 * time.Minute}, 1048576},
 	} {
 		r := table.Routes[i]
 		if r.Index != i || r.Name != fmt.Sprintf("routes[%d]", i) {
@@ -500,20 +500,20 @@ func TestParseJSONAndYAMLGiveEqualTables(t *testing.T) {
 		{Index: 0, Name: "billing-usage", Match: Match{"mini-chat", "usage_snapshot"},
 			Target: Target{Type: "http", URL: "https://billing.internal/usage", SigningSecretEnv: "BILLING_WEBHOOK_SECRET",
 				Headers: map[string]string{"X-Team": "billing"}, Timeout: 5 * time.Second, MaxPayloadBytes: 65536, Concurrency: 8},
-			Retry: retry.Policy{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: 15 * time.Minute}, Timeout: 5 * time.Second,
+			Retry: backoff.Policy{MaxAttempts: 12, BaseDelay: time.Second, MaxDelay: 15 * time.Minute}, Timeout: 5 * time.Second,
 			MaxPayloadBytes: 65536, Schema: []byte(`{"required":["tenant_id"],"type":"object"}`), OnDead: OnDeadSkip, OnConfigError: OnConfigErrorHold},
 		{Index: 1, Name: "routes[1]", Match: Match{"payments", "*"},
 			Target: Target{Type: "sns", TopicARN: "arn:aws:sns:eu-west-1:123456789012:payments.fifo", MessageGroupID: "payments",
 				Timeout: 10 * time.Second, MaxPayloadBytes: 262144, Concurrency: 8},
-			Retry: retry.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 262144, OnDead: OnDeadSkip, OnConfigError: OnConfigErrorHold},
+			Retry: backoff.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 262144, OnDead: OnDeadSkip, OnConfigError: OnConfigErrorHold},
 		{Index: 2, Name: "routes[2]", Match: Match{"*", "*"},
 			Target: Target{Type: "eventbridge", EventBus: "default", Source: "outbox.{namespace}", DetailType: "{topic}",
 				Timeout: 10 * time.Second, MaxPayloadBytes: 262144, Concurrency: 8},
-			Retry: retry.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 262144, OnDead: OnDeadSkip, OnConfigError: OnConfigErrorHold},
+			Retry: backoff.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 262144, OnDead: OnDeadSkip, OnConfigError: OnConfigErrorHold},
 		{Index: 3, Name: "routes[3]", Match: Match{"audit", "*"},
 			Target: Target{Type: "lambda", Function: "arn:aws:lambda:eu-west-1:123456789012:function:audit-sink",
 				Timeout: 10 * time.Second, MaxPayloadBytes: 1048576, Concurrency: 8},
-			Retry: retry.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 1048576, OnDead: OnDeadSkip, OnConfigError: OnConfigErrorHold},
+			Retry: backoff.Default, Timeout: 10 * time.Second, MaxPayloadBytes: 1048576, OnDead: OnDeadSkip, OnConfigError: OnConfigErrorHold},
 	}
 	for _, table := range []*Table{fromJSON, fromYAML} {
 		if len(table.Routes) != len(want) {

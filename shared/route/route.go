@@ -7,7 +7,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/outboxkit/dispatcher/shared/retry"
+	"github.com/outboxkit/dispatcher/shared/backoff"
 )
 
 // Wildcard is the match pattern that matches every namespace or topic.
@@ -131,8 +131,8 @@ type Route struct {
 	// Target is where the messages go.
 	Target Target
 	// Retry is the route's retry policy; each field absent from the
-	// configuration is retry.Default's.
-	Retry retry.Policy
+	// configuration is backoff.Default's.
+	Retry backoff.Policy
 	// Timeout bounds each call to the target (target.timeout; default
 	// DefaultTimeout, at most MaxTimeout).
 	Timeout time.Duration

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/retry"
 )
 
 // Defaults and the limits the schema cannot express.
@@ -143,8 +143,8 @@ func buildRoute(p string, i int, rc *routeConfig, attemptCeiling int, ps *proble
 
 // buildRetry applies the retry defaults, bounds max_attempts by the attempt
 // ceiling, and keeps max_delay at least base_delay.
-func buildRetry(p string, rc *retryConfig, attemptCeiling int, ps *problems) retry.Policy {
-	pol := retry.Default
+func buildRetry(p string, rc *retryConfig, attemptCeiling int, ps *problems) backoff.Policy {
+	pol := backoff.Default
 	if n := rc.MaxAttempts; n > float64(attemptCeiling) {
 		ps.add(p+".max_attempts", "must be at most %d (the database's attempt ceiling), got %s",
 			attemptCeiling, strconv.FormatFloat(n, 'f', -1, 64))

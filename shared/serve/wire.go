@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 )
 
 // ListenApplicationName is the application_name of the listener's
@@ -87,12 +87,12 @@ func Open(ctx context.Context, setup dispatchconfig.Serve, deps handler.Deps, cf
 
 // openListenPool opens a one-connection pool from the dispatch function's
 // database settings (a URL, a Secrets Manager secret or RDS IAM).
-func openListenPool(ctx context.Context, dbCfg pgconn.Config, deps handler.Deps) (*pgxpool.Pool, error) {
+func openListenPool(ctx context.Context, dbCfg dbpool.Config, deps handler.Deps) (*pgxpool.Pool, error) {
 	dbCfg.MaxConns = 1
-	var pd pgconn.Deps
+	var pd dbpool.Deps
 	if deps.AWS != nil {
 		pd.AWS = deps.AWS.Copy()
-	} else if dbCfg.Source != pgconn.SourceURL {
+	} else if dbCfg.Source != dbpool.SourceURL {
 		// Only a secret or an IAM token needs AWS.
 		var err error
 		if pd.AWS, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
@@ -100,7 +100,7 @@ func openListenPool(ctx context.Context, dbCfg pgconn.Config, deps handler.Deps)
 		}
 	}
 	pd.ApplicationName = ListenApplicationName
-	pool, err := pgconn.Open(ctx, dbCfg, pd)
+	pool, err := dbpool.Open(ctx, dbCfg, pd)
 	if err != nil {
 		return nil, fmt.Errorf("the notification listener's connection: %w", err)
 	}

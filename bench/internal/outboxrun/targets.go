@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/publishers"
 	"github.com/outboxkit/dispatcher/shared/route"
-	"github.com/outboxkit/dispatcher/shared/target"
 	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/snsfake"
 )
 
 // LocalTarget is a real target type served on this machine with a fixed
 // latency per call: a route table naming it, and the publishers the
-// dispatch function builds for that table (shared/target.Build, the
+// dispatch function builds for that table (shared/publish/publishers.Build, the
 // function's own wiring: its HTTP clients, its AWS SDK clients and their
 // retryers), pointed at the local server.
 type LocalTarget struct {
@@ -38,14 +38,14 @@ type LocalTarget struct {
 	// timer delivered it.
 	Served func() time.Duration
 
-	deps  target.Deps
+	deps  publishers.Deps
 	close func()
 }
 
 // Publishers builds the publishers of table's targets, as a cold start of
 // the dispatch function does.
 func (t *LocalTarget) Publishers(ctx context.Context, table *route.Table) (map[string]publish.Publisher, error) {
-	return target.Build(ctx, table, t.deps)
+	return publishers.Build(ctx, table, t.deps)
 }
 
 // Close stops the server.
@@ -86,7 +86,7 @@ func NewWebhookTarget(latency time.Duration) (*LocalTarget, error) {
 		Latency: latency, PerCall: 1,
 		Calls:  calls.Load,
 		Served: func() time.Duration { return time.Duration(served.Load()) },
-		deps: target.Deps{SigningSecret: func(name string) string {
+		deps: publishers.Deps{SigningSecret: func(name string) string {
 			if name == webhookSecretEnv {
 				return secret
 			}
@@ -113,7 +113,7 @@ func NewSNSFIFOTarget(latency time.Duration) (*LocalTarget, error) {
   "target":{"type":"sns","topic_arn":%q}}]}`, SNSFIFOTopic),
 		Latency: latency, PerCall: 10,
 		Calls: func() int64 { return int64(fake.Requests()) },
-		deps:  target.Deps{AWS: fake.Config()},
+		deps:  publishers.Deps{AWS: fake.Config()},
 		close: tb.cleanup,
 	}, nil
 }

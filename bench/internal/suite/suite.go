@@ -19,7 +19,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/watermillrun"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
 	"github.com/outboxkit/dispatcher/shared/config"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 )
 
 // Config is what to run.
@@ -156,7 +156,7 @@ const RiverDispatchers = 4
 
 // FunctionPool is the dispatch function's pool size when
 // OUTBOX_DB_MAX_CONNS is not set.
-const FunctionPool = pgconn.DefaultMaxConns
+const FunctionPool = dbpool.DefaultMaxConns
 
 // Phase names, as Failures keys.
 const (

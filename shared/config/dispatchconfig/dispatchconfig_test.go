@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 	"github.com/outboxkit/dispatcher/shared/route"
 )
 
@@ -56,7 +56,7 @@ func TestLoadDefaults(t *testing.T) {
 	if d.SigningSecrets["HOOK_SECRET"] != "whsec_x" || len(d.SigningSecrets) != 1 {
 		t.Errorf("signing secrets %v, want the one the route names", d.SigningSecrets)
 	}
-	if d.LogLevel != slog.LevelInfo || d.MetricsNamespace != config.DefaultMetricsNamespace || d.Database.Source != pgconn.SourceURL || d.Tracing.Enabled {
+	if d.LogLevel != slog.LevelInfo || d.MetricsNamespace != config.DefaultMetricsNamespace || d.Database.Source != dbpool.SourceURL || d.Tracing.Enabled {
 		t.Errorf("function %+v", d.Function)
 	}
 }
@@ -100,7 +100,7 @@ func TestLoadReportsEveryProblemAtOnce(t *testing.T) {
 		"\nOUTBOX_SAFETY_MARGIN must be a Go duration such as 30s or 15m, got \"soon\"\n",
 		"\nOUTBOX_NAMESPACES contains \"not ok\", which is not a namespace",
 		"\nOUTBOX_TARGET_CONCURRENCY must be between 1 and 256, got 257\n",
-		"pgconn: invalid database configuration: OUTBOX_DB_MAX_CONNS: must be from 1 to 100, got 0; no database configured",
+		"dbpool: invalid database configuration: OUTBOX_DB_MAX_CONNS: must be from 1 to 100, got 0; no database configured",
 		"\nroute: invalid configuration in OUTBOX_ROUTES (1 problem):\nroutes[0].retry.max_attempts: must be at most 50 (the database's attempt ceiling), got 80",
 	} {
 		if !strings.Contains(err.Error(), want) {

@@ -14,7 +14,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/target"
+	"github.com/outboxkit/dispatcher/shared/publish/publishers"
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 )
 
@@ -113,7 +113,7 @@ func New(ctx context.Context, cfg dispatchconfig.Dispatch, deps handler.Deps) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	pubs, err := target.Build(ctx, cfg.Routes, target.Deps{
+	pubs, err := publishers.Build(ctx, cfg.Routes, publishers.Deps{
 		AWS: c.AWS, SigningSecret: func(name string) string { return cfg.SigningSecrets[name] }, WrapHTTP: rt.Tracer.HTTPClient,
 	})
 	if err != nil {

@@ -54,10 +54,10 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/awserr"
-	"github.com/outboxkit/dispatcher/shared/retry"
 )
 
 // Response is the JSON object a plugin function may return to say what
@@ -312,8 +312,8 @@ func secondsAfter(raw json.RawMessage) time.Duration {
 	if err != nil || math.IsNaN(secs) || secs <= 0 {
 		return 0
 	}
-	if secs >= retry.MaxRetryAfter.Seconds() {
-		return retry.MaxRetryAfter
+	if secs >= backoff.MaxRetryAfter.Seconds() {
+		return backoff.MaxRetryAfter
 	}
 	return time.Duration(secs * float64(time.Second))
 }

@@ -13,9 +13,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/retry"
 )
 
 // StatusError is a non-2xx answer: the error of every result classified
@@ -85,7 +85,7 @@ func classifyResponse(status int, header http.Header, head []byte, truncated boo
 
 // retryAfter reads a Retry-After header, delta-seconds or an HTTP-date
 // (RFC 9110 §10.2.3), as a wait from now: 0 when absent, malformed or in
-// the past, and never more than retry.MaxRetryAfter, so a bogus header
+// the past, and never more than backoff.MaxRetryAfter, so a bogus header
 // cannot park a message for a year.
 func retryAfter(header http.Header, now time.Time) time.Duration {
 	v := strings.TrimSpace(header.Get("Retry-After"))
@@ -97,12 +97,12 @@ func retryAfter(header http.Header, now time.Time) time.Duration {
 		if err != nil {
 			var numErr *strconv.NumError
 			if errors.As(err, &numErr) && errors.Is(numErr.Err, strconv.ErrRange) {
-				return retry.MaxRetryAfter
+				return backoff.MaxRetryAfter
 			}
 			return 0
 		}
-		if secs >= uint64(retry.MaxRetryAfter/time.Second) {
-			return retry.MaxRetryAfter
+		if secs >= uint64(backoff.MaxRetryAfter/time.Second) {
+			return backoff.MaxRetryAfter
 		}
 		return time.Duration(secs) * time.Second
 	}
@@ -110,7 +110,7 @@ func retryAfter(header http.Header, now time.Time) time.Duration {
 	if err != nil {
 		return 0
 	}
-	return min(max(at.Sub(now), 0), retry.MaxRetryAfter)
+	return min(max(at.Sub(now), 0), backoff.MaxRetryAfter)
 }
 
 // snippet reduces untrusted bytes to at most snippetBytes of printable,

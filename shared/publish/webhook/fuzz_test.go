@@ -8,8 +8,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/publish"
-	"github.com/outboxkit/dispatcher/shared/retry"
 )
 
 // FuzzClassifyResponse throws arbitrary statuses, Retry-After and Location
@@ -50,7 +50,7 @@ func FuzzClassifyResponse(f *testing.F) {
 		if r.Code == "" || r.Err == nil {
 			t.Fatalf("status %d: %s without a code or an error: %+v", status, r.Kind, r)
 		}
-		if r.RetryAfter < 0 || r.RetryAfter > retry.MaxRetryAfter || (r.Kind == publish.Terminal && r.RetryAfter != 0) {
+		if r.RetryAfter < 0 || r.RetryAfter > backoff.MaxRetryAfter || (r.Kind == publish.Terminal && r.RetryAfter != 0) {
 			t.Fatalf("status %d, Retry-After %q: retry after %s", status, retryAfterValue, r.RetryAfter)
 		}
 		var se *StatusError

@@ -329,7 +329,7 @@ func TestPayloadsAndPasswordsNeverReachTheLog(t *testing.T) {
 
 func TestRedactError(t *testing.T) {
 	t.Parallel()
-	err := fmt.Errorf("pgconn: %w", errors.New("cannot parse `host=db user=app password=hunter2`: bad port"))
+	err := fmt.Errorf("dbpool: %w", errors.New("cannot parse `host=db user=app password=hunter2`: bad port"))
 	got := logging.RedactError(err)
 	if strings.Contains(got, "hunter2") || !strings.Contains(got, "bad port") {
 		t.Fatalf("RedactError = %q", got)

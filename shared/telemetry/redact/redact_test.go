@@ -103,7 +103,7 @@ func TestError(t *testing.T) {
 		t.Fatalf("Error(nil) = %q", got)
 	}
 	inner := errors.New("dial tcp: lookup db: no such host")
-	err := fmt.Errorf("pgconn: connect postgres://svc:s3cr3t-value@db/outbox: %w", inner)
+	err := fmt.Errorf("dbpool: connect postgres://svc:s3cr3t-value@db/outbox: %w", inner)
 	got := redact.Error(err)
 	if strings.Contains(got, "s3cr3t-value") {
 		t.Fatalf("Error leaks the password: %q", got)

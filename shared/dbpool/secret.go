@@ -1,4 +1,4 @@
-package pgconn
+package dbpool
 
 import (
 	"context"
@@ -145,14 +145,14 @@ func (s *secretSource) fetch(ctx context.Context) (*rdsSecret, error) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			hint = fmt.Sprintf(" (no answer within %s: can the function reach Secrets Manager — a VPC endpoint or a NAT gateway?)", s.timeout)
 		}
-		return nil, fmt.Errorf("pgconn: fetch the database secret %s (%s)%s: %w", s.arn, s.name, hint, err)
+		return nil, fmt.Errorf("dbpool: fetch the database secret %s (%s)%s: %w", s.arn, s.name, hint, err)
 	}
 	if out.SecretString == nil {
-		return nil, fmt.Errorf("pgconn: the database secret %s (%s) has no SecretString: a binary secret is not the RDS secret format", s.arn, s.name)
+		return nil, fmt.Errorf("dbpool: the database secret %s (%s) has no SecretString: a binary secret is not the RDS secret format", s.arn, s.name)
 	}
 	secret, err := parseRDSSecret(*out.SecretString)
 	if err != nil {
-		return nil, fmt.Errorf("pgconn: the database secret %s (%s): %w", s.arn, s.name, err)
+		return nil, fmt.Errorf("dbpool: the database secret %s (%s): %w", s.arn, s.name, err)
 	}
 	secret.VersionID = aws.ToString(out.VersionId)
 	if !slices.Contains(s.seen, secret.Password) {
@@ -176,10 +176,10 @@ func (s *secretSource) credentials(ctx context.Context) (*rdsSecret, error) {
 	}
 	if s.stale {
 		if secret.VersionID == s.rejectedVersion {
-			s.logger.Warn("pgconn: fetched the database secret again after the database rejected it, but it has not changed: the password in Secrets Manager does not match the database (a rotation still in progress, or a failed one?)",
+			s.logger.Warn("dbpool: fetched the database secret again after the database rejected it, but it has not changed: the password in Secrets Manager does not match the database (a rotation still in progress, or a failed one?)",
 				"secret_arn", s.arn, "version_id", secret.VersionID, "user", secret.Username)
 		} else {
-			s.logger.Info("pgconn: fetched the database secret again after the database rejected it; using the new version",
+			s.logger.Info("dbpool: fetched the database secret again after the database rejected it; using the new version",
 				"secret_arn", s.arn, "rejected_version_id", s.rejectedVersion, "version_id", secret.VersionID, "user", secret.Username)
 		}
 	}
@@ -199,7 +199,7 @@ func (s *secretSource) rejected(password, sqlstate string) {
 	}
 	s.stale = true
 	s.rejectedVersion = s.current.VersionID
-	s.logger.Warn("pgconn: the database rejected the credentials from the secret; the next connection fetches the secret again",
+	s.logger.Warn("dbpool: the database rejected the credentials from the secret; the next connection fetches the secret again",
 		"secret_arn", s.arn, "version_id", s.current.VersionID, "user", s.current.Username, "sqlstate", sqlstate)
 }
 

@@ -1,4 +1,4 @@
-package pgconn_test
+package dbpool_test
 
 import (
 	"bytes"
@@ -16,10 +16,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/smithy-go"
 	"github.com/jackc/pgx/v5"
-	pgxconn "github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/dispatcher/shared/pgconn"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
@@ -38,11 +38,11 @@ type testServer struct {
 func newTestServer(t *testing.T) testServer {
 	t.Helper()
 	db := pgtest.New(t)
-	cc, err := pgxconn.ParseConfig(db.URL)
+	cc, err := pgconn.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testServer{db: db, host: cc.Host, port: cc.Port, role: "outbox_t_pgconn_" + strings.ToLower(rand.Text()[:12])}
+	srv := testServer{db: db, host: cc.Host, port: cc.Port, role: "outbox_t_dbpool_" + strings.ToLower(rand.Text()[:12])}
 	srv.exec(t, "CREATE ROLE "+pgx.Identifier{srv.role}.Sanitize()+" LOGIN PASSWORD 'pw-v1'")
 	// Registered after pgtest.New's cleanup, so it runs before the database
 	// is dropped; the role owns nothing and holds no grants, so it drops.
@@ -92,8 +92,8 @@ func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(
 
 // secretConfig is the Secrets Manager source of testARN, with cfg's other
 // settings.
-func secretConfig(cfg pgconn.Config) pgconn.Config {
-	cfg.Source, cfg.SecretARN = pgconn.SourceSecretsManager, testARN
+func secretConfig(cfg dbpool.Config) dbpool.Config {
+	cfg.Source, cfg.SecretARN = dbpool.SourceSecretsManager, testARN
 	return cfg
 }
 
@@ -115,7 +115,7 @@ func TestOpenSecretsManager(t *testing.T) {
 	requireTLS(t, srv.db)
 	sm := newFakeSecretsManager(t, testARN, "us-west-2", secretReply("v1", srv.rdsSecret("pw-v1")))
 
-	pool, err := pgconn.Open(context.Background(), secretConfig(pgconn.Config{}), pgconn.Deps{AWS: sm.awsConfig(), ApplicationName: "outbox-dispatcher/reaper"})
+	pool, err := dbpool.Open(context.Background(), secretConfig(dbpool.Config{}), dbpool.Deps{AWS: sm.awsConfig(), ApplicationName: "outbox-dispatcher/reaper"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,14 +144,14 @@ func TestOpenSecretsManager(t *testing.T) {
 func TestOpenSecretsManagerOverrides(t *testing.T) {
 	t.Parallel()
 	srv := newTestServer(t)
-	overrides := pgconn.Config{Host: srv.host, Port: srv.port, Database: srv.db.Name, SSLMode: "disable"}
+	overrides := dbpool.Config{Host: srv.host, Port: srv.port, Database: srv.db.Name, SSLMode: "disable"}
 	for name, secret := range map[string]map[string]any{
 		"secret names another server": {"username": srv.role, "password": "pw", "engine": "aurora-postgresql", "host": "db.example.invalid", "port": "1", "dbname": "elsewhere"},
 		"RDS-managed secret":          {"username": srv.role, "password": "pw"},
 	} {
 		sm := newFakeSecretsManager(t, testARN, "us-west-2", secretReply("v1", secret))
 		client := secretsmanager.NewFromConfig(sm.awsConfig(), func(o *secretsmanager.Options) { o.Region = "us-west-2" })
-		pool, err := pgconn.Open(context.Background(), secretConfig(overrides), pgconn.Deps{SecretsManager: client})
+		pool, err := dbpool.Open(context.Background(), secretConfig(overrides), dbpool.Deps{SecretsManager: client})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -173,7 +173,7 @@ func TestOpenSecretsManagerErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		reply smReply
-		cfg   pgconn.Config
+		cfg   dbpool.Config
 		want  []string
 		// apiCode is the AWS error code errors.As must still reach.
 		apiCode string
@@ -206,7 +206,7 @@ func TestOpenSecretsManagerErrors(t *testing.T) {
 			t.Parallel()
 			sm := newFakeSecretsManager(t, testARN, "us-west-2", tt.reply)
 			var logs logBuffer
-			pool, err := pgconn.Open(context.Background(), secretConfig(tt.cfg), pgconn.Deps{AWS: sm.awsConfig(), Logger: logs.logger()})
+			pool, err := dbpool.Open(context.Background(), secretConfig(tt.cfg), dbpool.Deps{AWS: sm.awsConfig(), Logger: logs.logger()})
 			if err == nil {
 				pool.Close()
 				t.Fatal("Open succeeded, want an error")
@@ -235,8 +235,8 @@ type rotationFixture struct {
 	gate *passwordGate
 	sm   *fakeSecretsManager
 	logs *logBuffer
-	cfg  pgconn.Config
-	deps pgconn.Deps
+	cfg  dbpool.Config
+	deps dbpool.Deps
 }
 
 func newRotationFixture(t *testing.T, maxConns int) *rotationFixture {
@@ -244,8 +244,8 @@ func newRotationFixture(t *testing.T, maxConns int) *rotationFixture {
 	f := &rotationFixture{srv: newTestServer(t), logs: &logBuffer{}}
 	f.gate = startPasswordGate(t, f.srv.addr(), "pw-v1")
 	f.sm = newFakeSecretsManager(t, testARN, "us-west-2", f.secret("v1", "pw-v1"))
-	f.cfg = secretConfig(pgconn.Config{SSLMode: "disable", MaxConns: int32(maxConns)})
-	f.deps = pgconn.Deps{AWS: f.sm.awsConfig(), Logger: f.logs.logger()}
+	f.cfg = secretConfig(dbpool.Config{SSLMode: "disable", MaxConns: int32(maxConns)})
+	f.deps = dbpool.Deps{AWS: f.sm.awsConfig(), Logger: f.logs.logger()}
 	return f
 }
 
@@ -280,7 +280,7 @@ func TestSecretRotationHealsWithoutRestart(t *testing.T) {
 	var queries pgtest.QueryCounter
 	f.deps.ConfigurePool = func(pc *pgxpool.Config) { pc.ConnConfig.Tracer = &queries }
 	ctx := context.Background()
-	pool, err := pgconn.Open(ctx, f.cfg, f.deps)
+	pool, err := dbpool.Open(ctx, f.cfg, f.deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestSecretRotationHealsWithoutRestart(t *testing.T) {
 		t.Fatalf("a connection opened before the rotation: %v", err)
 	}
 	_, err = pool.Acquire(ctx)
-	var pgErr *pgxconn.PgError
+	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
 		t.Fatalf("first new connection after the rotation: err = %v, want 28P01", err)
 	}
@@ -341,7 +341,7 @@ func TestSecretRotationHealsWithoutRestart(t *testing.T) {
 	logs := f.logs.String()
 	f.assertNoPasswordIn(t, "logs", logs)
 	for _, want := range []string{
-		`"msg":"pgconn: the database rejected the credentials from the secret; the next connection fetches the secret again"`,
+		`"msg":"dbpool: the database rejected the credentials from the secret; the next connection fetches the secret again"`,
 		`"sqlstate":"28P01"`, `"rejected_version_id":"v1"`, `"version_id":"v2"`, testARN,
 	} {
 		if !strings.Contains(logs, want) {
@@ -355,7 +355,7 @@ func TestSecretRotationFetchesOnceForConcurrentRefusals(t *testing.T) {
 	t.Parallel()
 	f := newRotationFixture(t, 6)
 	ctx := context.Background()
-	pool, err := pgconn.Open(ctx, f.cfg, f.deps)
+	pool, err := dbpool.Open(ctx, f.cfg, f.deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +376,7 @@ func TestSecretRotationFetchesOnceForConcurrentRefusals(t *testing.T) {
 				c.Release()
 			}
 			if errs[i] != nil {
-				var pgErr *pgxconn.PgError
+				var pgErr *pgconn.PgError
 				if !errors.As(errs[i], &pgErr) || pgErr.Code != "28P01" {
 					t.Fatalf("acquire: %v, want success or 28P01", errs[i])
 				}
@@ -405,7 +405,7 @@ func TestSecretColdStartDuringRotation(t *testing.T) {
 	f := newRotationFixture(t, 2)
 	f.gate.setPassword("pw-v2")
 	f.sm.setReplies(f.secret("v1", "pw-v1"), f.secret("v2", "pw-v2"))
-	pool, err := pgconn.Open(context.Background(), f.cfg, f.deps)
+	pool, err := dbpool.Open(context.Background(), f.cfg, f.deps)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -425,12 +425,12 @@ func TestSecretWrongPasswordFailsAfterOneRefetch(t *testing.T) {
 	t.Parallel()
 	f := newRotationFixture(t, 2)
 	f.gate.setPassword("pw-v2")
-	_, err := pgconn.Open(context.Background(), f.cfg, f.deps)
-	var pgErr *pgxconn.PgError
+	_, err := dbpool.Open(context.Background(), f.cfg, f.deps)
+	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
 		t.Fatalf("Open: err = %v, want 28P01", err)
 	}
-	for _, want := range []string{"pgconn: connect to the database", "SecretARN=" + testARN, "user=" + f.srv.role} {
+	for _, want := range []string{"dbpool: connect to the database", "SecretARN=" + testARN, "user=" + f.srv.role} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not contain %q:\n%v", want, err)
 		}
@@ -453,7 +453,7 @@ func TestSecretRefetchFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	f := newRotationFixture(t, 2)
 	ctx := context.Background()
-	pool, err := pgconn.Open(ctx, f.cfg, f.deps)
+	pool, err := dbpool.Open(ctx, f.cfg, f.deps)
 	if err != nil {
 		t.Fatal(err)
 	}

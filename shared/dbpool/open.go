@@ -1,4 +1,4 @@
-package pgconn
+package dbpool
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
-	pgxconn "github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -103,7 +103,7 @@ func newConnector(ctx context.Context, cfg Config, deps Deps) (*connector, error
 	}
 	if cfg.SSLRootCert != "" {
 		if _, err := os.Stat(cfg.SSLRootCert); err != nil {
-			return nil, fmt.Errorf("pgconn: %s: cannot read the CA bundle: %w", cfg.Names.SSLRootCert, err)
+			return nil, fmt.Errorf("dbpool: %s: cannot read the CA bundle: %w", cfg.Names.SSLRootCert, err)
 		}
 	}
 	switch cfg.Source {
@@ -133,10 +133,10 @@ func newConnector(ctx context.Context, cfg Config, deps Deps) (*connector, error
 
 	case SourceIAM:
 		if deps.AWS.Region == "" {
-			return nil, fmt.Errorf("pgconn: RDS IAM authentication (%s) needs an AWS region to sign tokens in: set AWS_REGION", cfg.Names.IAM)
+			return nil, fmt.Errorf("dbpool: RDS IAM authentication (%s) needs an AWS region to sign tokens in: set AWS_REGION", cfg.Names.IAM)
 		}
 		if deps.AWS.Credentials == nil {
-			return nil, fmt.Errorf("pgconn: RDS IAM authentication (%s) needs AWS credentials to sign tokens with", cfg.Names.IAM)
+			return nil, fmt.Errorf("dbpool: RDS IAM authentication (%s) needs AWS credentials to sign tokens with", cfg.Names.IAM)
 		}
 		c.iam = &iamAuth{
 			endpoint: net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))),
@@ -177,7 +177,7 @@ func secretTarget(cfg Config, secret *rdsSecret) (host string, port uint16, data
 		missing = append(missing, fmt.Sprintf(`no "dbname" (set %s)`, cfg.Names.Database))
 	}
 	if len(missing) > 0 {
-		return "", 0, "", fmt.Errorf("pgconn: the database secret %s (%s) has %s", cfg.SecretARN, cfg.Names.SecretARN, joinAnd(missing))
+		return "", 0, "", fmt.Errorf("dbpool: the database secret %s (%s) has %s", cfg.SecretARN, cfg.Names.SecretARN, joinAnd(missing))
 	}
 	return host, port, database, nil
 }
@@ -323,7 +323,7 @@ func (c *connector) fail(doing string, err error) error {
 	if c.secrets != nil {
 		secrets = append(secrets, c.secrets.passwords()...)
 	}
-	return redactError(fmt.Errorf("pgconn: %s (%s): %w", doing, c.target, err), secrets...)
+	return redactError(fmt.Errorf("dbpool: %s (%s): %w", doing, c.target, err), secrets...)
 }
 
 func milliseconds(d time.Duration) string {
@@ -334,7 +334,7 @@ func milliseconds(d time.Duration) string {
 // (28P01 invalid_password, 28000 invalid_authorization_specification), or
 // "".
 func authFailureCode(err error) string {
-	var pgErr *pgxconn.PgError
+	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000") {
 		return pgErr.Code
 	}
@@ -403,7 +403,7 @@ func (a *iamAuth) token(ctx context.Context) (string, error) {
 	defer cancel()
 	token, err := auth.BuildAuthToken(ctx, a.endpoint, a.region, a.user, a.creds)
 	if err != nil {
-		return "", fmt.Errorf("pgconn: build an RDS IAM auth token for user %q at %s in %s (%s): %w", a.user, a.endpoint, a.region, a.source, err)
+		return "", fmt.Errorf("dbpool: build an RDS IAM auth token for user %q at %s in %s (%s): %w", a.user, a.endpoint, a.region, a.source, err)
 	}
 	return token, nil
 }

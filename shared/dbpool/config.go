@@ -1,4 +1,4 @@
-package pgconn
+package dbpool
 
 import (
 	"fmt"
@@ -177,7 +177,7 @@ type Config struct {
 // String summarises the configuration on one line, without secrets.
 func (c Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "pgconn.Config{source=%s", c.Source)
+	fmt.Fprintf(&b, "dbpool.Config{source=%s", c.Source)
 	switch c.Source {
 	case SourceURL:
 		fmt.Fprintf(&b, " url=%s", c.DatabaseURL)
@@ -257,7 +257,7 @@ func (e *ConfigError) Error() string {
 	for i, p := range e.Problems {
 		parts[i] = p.String()
 	}
-	return "pgconn: invalid database configuration: " + strings.Join(parts, "; ")
+	return "dbpool: invalid database configuration: " + strings.Join(parts, "; ")
 }
 
 type problems []Problem

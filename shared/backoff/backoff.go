@@ -1,4 +1,4 @@
-// Package retry decides when a message that failed with a retryable error is
+// Package backoff decides when a message that failed with a retryable error is
 // tried again: exponential backoff with full jitter, bounded by a maximum
 // delay, a floor from the target's Retry-After, and a maximum number of
 // attempts after which the message is dead.
@@ -6,7 +6,7 @@
 // Full jitter (a delay drawn uniformly from [0, min(max, base·2^(n-1))])
 // spreads the retries of a burst of failures instead of sending them back in
 // lockstep; see "Exponential Backoff And Jitter" on the AWS Architecture Blog.
-package retry
+package backoff
 
 import (
 	"errors"

@@ -1,9 +1,9 @@
-package pgconn_test
+package dbpool_test
 
 import (
 	"testing"
 
-	"github.com/outboxkit/dispatcher/shared/pgconn"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 )
 
 func TestRedact(t *testing.T) {
@@ -41,7 +41,7 @@ func TestRedact(t *testing.T) {
 		{"host=db s3cret", "(connection string not shown: it could not be parsed)"},
 	}
 	for _, tt := range tests {
-		if got := pgconn.Redact(tt.in); got != tt.want {
+		if got := dbpool.Redact(tt.in); got != tt.want {
 			t.Errorf("Redact(%q)\n got %q\nwant %q", tt.in, got, tt.want)
 		}
 	}

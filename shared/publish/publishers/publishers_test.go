@@ -1,4 +1,4 @@
-package target_test
+package publishers_test
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
 	"github.com/outboxkit/dispatcher/shared/publish/lambdainvoke"
+	"github.com/outboxkit/dispatcher/shared/publish/publishers"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
 	"github.com/outboxkit/dispatcher/shared/route"
-	"github.com/outboxkit/dispatcher/shared/target"
 )
 
 var awsCfg = aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("k", "s", "")}
@@ -31,7 +31,7 @@ func TestOnePublisherPerDistinctTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubs, err := target.Build(context.Background(), table, target.Deps{AWS: awsCfg, SigningSecret: env(map[string]string{"SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})})
+	pubs, err := publishers.Build(context.Background(), table, publishers.Deps{AWS: awsCfg, SigningSecret: env(map[string]string{"SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestAMissingSecretFailsTheColdStartNamingTheRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = target.Build(context.Background(), table, target.Deps{AWS: awsCfg, SigningSecret: env(nil)})
+	_, err = publishers.Build(context.Background(), table, publishers.Deps{AWS: awsCfg, SigningSecret: env(nil)})
 	if err == nil || !strings.Contains(err.Error(), "usage") || !strings.Contains(err.Error(), "UNSET_SECRET") {
 		t.Fatalf("err = %v, want it to name the route and the variable", err)
 	}

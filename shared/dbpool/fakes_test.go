@@ -1,4 +1,4 @@
-package pgconn_test
+package dbpool_test
 
 import (
 	"encoding/json"

@@ -1,10 +1,10 @@
-// Package pgconn builds the PostgreSQL connection pool of the Lambda
+// Package dbpool builds the PostgreSQL connection pool of the Lambda
 // functions and the CLI: once per cold start, from a Config, small, and
 // safe to print.
 //
 //	cfg, err := config.LoadDatabase(config.OS(), 0) // from the environment: every problem at once, each naming its variable
 //	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-//	pool, err := pgconn.Open(ctx, cfg, pgconn.Deps{AWS: awsCfg, ApplicationName: "outbox-dispatcher/dispatch"})
+//	pool, err := dbpool.Open(ctx, cfg, dbpool.Deps{AWS: awsCfg, ApplicationName: "outbox-dispatcher/dispatch"})
 //
 // The config package reads the OUTBOX_DB_* variables (and
 // OUTBOX_DATABASE_URL) into a Config, and names each setting after its
@@ -64,7 +64,7 @@
 // Config, and the ConnString it holds, print, marshal and log with the
 // password replaced by "xxxxx" (see Redact). Configuration errors echo a
 // connection string only redacted; errors from Open are scrubbed of every
-// password the pool knows, and still unwrap to the driver's *pgconn.PgError
+// password the pool knows, and still unwrap to the driver's *dbpool.PgError
 // or the AWS API error for errors.As. Secret values are never quoted: a
 // malformed secret is described by its field names and JSON types only.
-package pgconn
+package dbpool

@@ -1,4 +1,4 @@
-package pgconn
+package dbpool
 
 import (
 	"net/url"
@@ -201,7 +201,7 @@ func scrub(msg string, secrets ...string) string {
 }
 
 // redactedError carries a message from which known secrets were scrubbed.
-// Unwrap keeps the cause reachable for errors.As (a *pgconn.PgError's
+// Unwrap keeps the cause reachable for errors.As (a *dbpool.PgError's
 // SQLSTATE, an AWS API error code); the drivers' own messages do not carry
 // passwords, but this one is the one that gets logged.
 type redactedError struct {

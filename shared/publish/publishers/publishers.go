@@ -1,9 +1,9 @@
-// Package target builds, once per cold start, one publisher for each
+// Package publishers builds, once per cold start, one publisher for each
 // distinct target in the route table: the AWS clients, HTTP connection pools
 // and signing secrets it needs are set up here and reused by every
 // invocation. A target that cannot be built (a missing secret, say) fails
 // the cold start with a message naming its route.
-package target
+package publishers
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package pgconn_test
+package dbpool_test
 
 import (
 	"context"
@@ -11,21 +11,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	pgxconn "github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
-	"github.com/outboxkit/dispatcher/shared/pgconn"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
 // openURL opens the pool cfg describes with url as its source, closed when
 // the test ends.
-func openURL(t *testing.T, url string, cfg pgconn.Config, deps pgconn.Deps) *pgxpool.Pool {
+func openURL(t *testing.T, url string, cfg dbpool.Config, deps dbpool.Deps) *pgxpool.Pool {
 	t.Helper()
-	cfg.Source, cfg.DatabaseURL = pgconn.SourceURL, pgconn.ConnString(url)
-	pool, err := pgconn.Open(context.Background(), cfg, deps)
+	cfg.Source, cfg.DatabaseURL = dbpool.SourceURL, dbpool.ConnString(url)
+	pool, err := dbpool.Open(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func show(t *testing.T, q interface {
 func TestOpenURLAppliesSessionSettings(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool := openURL(t, db.URL, pgconn.Config{}, pgconn.Deps{ApplicationName: "outbox-dispatcher/dispatch"})
+	pool := openURL(t, db.URL, dbpool.Config{}, dbpool.Deps{ApplicationName: "outbox-dispatcher/dispatch"})
 
 	for setting, want := range map[string]string{
 		"statement_timeout":                   "30s",
@@ -82,9 +82,9 @@ func TestOpenURLAppliesSessionSettings(t *testing.T) {
 func TestOpenURLDefaultApplicationName(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool := openURL(t, db.URL, pgconn.Config{MaxConns: 5}, pgconn.Deps{})
-	if got := show(t, pool, "application_name"); got != pgconn.DefaultApplicationName {
-		t.Errorf("application_name = %q, want %q", got, pgconn.DefaultApplicationName)
+	pool := openURL(t, db.URL, dbpool.Config{MaxConns: 5}, dbpool.Deps{})
+	if got := show(t, pool, "application_name"); got != dbpool.DefaultApplicationName {
+		t.Errorf("application_name = %q, want %q", got, dbpool.DefaultApplicationName)
 	}
 	if got := pool.Config().MaxConns; got != 5 {
 		t.Errorf("MaxConns = %d, want 5", got)
@@ -94,12 +94,12 @@ func TestOpenURLDefaultApplicationName(t *testing.T) {
 func TestStatementTimeoutIsHonoured(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool := openURL(t, db.URL, pgconn.Config{StatementTimeout: 300 * time.Millisecond}, pgconn.Deps{})
+	pool := openURL(t, db.URL, dbpool.Config{StatementTimeout: 300 * time.Millisecond}, dbpool.Deps{})
 
 	start := time.Now()
 	_, err := pool.Exec(context.Background(), "SELECT pg_sleep(2)")
 	elapsed := time.Since(start)
-	var pgErr *pgxconn.PgError
+	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 		t.Fatalf("pg_sleep(2) with a 300ms statement timeout: err = %v, want SQLSTATE 57014", err)
 	}
@@ -113,7 +113,7 @@ func TestStatementTimeoutIsHonoured(t *testing.T) {
 func TestIdleInTransactionTimeoutEndsTheSession(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool := openURL(t, db.URL, pgconn.Config{IdleInTransactionTimeout: 100 * time.Millisecond}, pgconn.Deps{})
+	pool := openURL(t, db.URL, dbpool.Config{IdleInTransactionTimeout: 100 * time.Millisecond}, dbpool.Deps{})
 	ctx := context.Background()
 
 	tx, err := pool.Begin(ctx)
@@ -159,7 +159,7 @@ func TestSimpleProtocolWorksWithTheOutboxStore(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
-			pool := openURL(t, db.URL, pgconn.Config{SimpleProtocol: simple}, pgconn.Deps{})
+			pool := openURL(t, db.URL, dbpool.Config{SimpleProtocol: simple}, dbpool.Deps{})
 			ctx := context.Background()
 			conn, err := pool.Acquire(ctx)
 			if err != nil {
@@ -222,7 +222,7 @@ func TestSSLModeOverridesTheURL(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	requireTLS(t, db)
-	cc, err := pgxconn.ParseConfig(db.URL)
+	cc, err := pgconn.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestSSLModeOverridesTheURL(t *testing.T) {
 		"key=value": keywordValue,
 	} {
 		for _, mode := range []string{"disable", "require"} {
-			pool := openURL(t, url, pgconn.Config{SSLMode: mode}, pgconn.Deps{})
+			pool := openURL(t, url, dbpool.Config{SSLMode: mode}, dbpool.Deps{})
 			var tls bool
 			if err := pool.QueryRow(context.Background(), "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&tls); err != nil {
 				t.Fatal(err)
@@ -256,7 +256,7 @@ func requireTLS(t *testing.T, db *pgtest.DB) {
 func TestOpenHandBuiltConfigTakesDefaults(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	pool, err := pgconn.Open(context.Background(), pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: pgconn.ConnString(db.URL)}, pgconn.Deps{})
+	pool, err := dbpool.Open(context.Background(), dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: dbpool.ConnString(db.URL)}, dbpool.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestOpenHandBuiltConfigTakesDefaults(t *testing.T) {
 		t.Errorf("idle_in_transaction_session_timeout = %q, want the default 10s", got)
 	}
 
-	_, err = pgconn.Open(context.Background(), pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: pgconn.ConnString(db.URL), MaxConns: 1000}, pgconn.Deps{})
+	_, err = dbpool.Open(context.Background(), dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: dbpool.ConnString(db.URL), MaxConns: 1000}, dbpool.Deps{})
 	if !hasProblem(err, "MaxConns", "got 1000") {
 		t.Errorf("Open with MaxConns 1000: err = %v, want a ConfigError naming MaxConns", err)
 	}
@@ -279,20 +279,20 @@ func TestOpenURLErrorsAreRedacted(t *testing.T) {
 	const password = "n0t-For-Logs"
 
 	// A database that does not exist: the server answers 3D000.
-	cc, err := pgxconn.ParseConfig(db.URL)
+	cc, err := pgconn.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	missing := "postgres://" + cc.User + ":" + password + "@" + net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))) + "/no_such_database_" + db.Name + "?sslmode=disable"
 	// Names name the source in the error, as the config package's do.
-	cfg := pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: pgconn.ConnString(missing), Names: pgconn.Names{DatabaseURL: "DB_URL"}}
-	_, err = pgconn.Open(context.Background(), cfg, pgconn.Deps{})
-	var pgErr *pgxconn.PgError
+	cfg := dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: dbpool.ConnString(missing), Names: dbpool.Names{DatabaseURL: "DB_URL"}}
+	_, err = dbpool.Open(context.Background(), cfg, dbpool.Deps{})
+	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
 		t.Fatalf("Open on a missing database: err = %v, want SQLSTATE 3D000", err)
 	}
 	assertNoSecret(t, "error", err.Error(), password)
-	for _, want := range []string{"pgconn: connect to the database", "DB_URL=postgres://" + cc.User + ":xxxxx@", "no_such_database"} {
+	for _, want := range []string{"dbpool: connect to the database", "DB_URL=postgres://" + cc.User + ":xxxxx@", "no_such_database"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not contain %q:\n%v", want, err)
 		}
@@ -305,8 +305,8 @@ func TestOpenURLErrorsAreRedacted(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg = pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: pgconn.ConnString("postgres://app:" + password + "@" + addr + "/outbox?sslmode=disable")}
-	_, err = pgconn.Open(context.Background(), cfg, pgconn.Deps{})
+	cfg = dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: dbpool.ConnString("postgres://app:" + password + "@" + addr + "/outbox?sslmode=disable")}
+	_, err = dbpool.Open(context.Background(), cfg, dbpool.Deps{})
 	if err == nil || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("Open with nobody listening: err = %v, want one naming %s", err, addr)
 	}

@@ -1,4 +1,4 @@
-package pgconn_test
+package dbpool_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxkit/dispatcher/shared/pgconn"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 )
 
 const testARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:outbox/db-AbCdEf"
@@ -17,16 +17,16 @@ const testARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:outbox/db-
 func TestValidateHandBuiltConfig(t *testing.T) {
 	t.Parallel()
 	// Zero settings take the defaults.
-	if err := (pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: "postgres://db/x"}).Validate(); err != nil {
+	if err := (dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: "postgres://db/x"}).Validate(); err != nil {
 		t.Errorf("minimal hand-built config: %v", err)
 	}
-	err := (pgconn.Config{Source: pgconn.SourceIAM, Host: "db", MaxConns: 500}).Validate()
+	err := (dbpool.Config{Source: dbpool.SourceIAM, Host: "db", MaxConns: 500}).Validate()
 	for _, variable := range []string{"MaxConns", "Database", "User"} {
 		if !hasProblem(err, variable, "") {
 			t.Errorf("no problem for %s in: %v", variable, err)
 		}
 	}
-	if err := (pgconn.Config{}).Validate(); !hasProblem(err, "", "no database configured") {
+	if err := (dbpool.Config{}).Validate(); !hasProblem(err, "", "no database configured") {
 		t.Errorf("zero Config: %v", err)
 	}
 }
@@ -35,18 +35,18 @@ func TestValidateHandBuiltConfig(t *testing.T) {
 // environment variables' names.
 func TestProblemsNameTheSettingsByNames(t *testing.T) {
 	t.Parallel()
-	names := pgconn.Names{DatabaseURL: "DB_URL", SecretARN: "DB_SECRET", IAM: "DB_IAM=yes", Database: "DB_NAME", User: "DB_USER", MaxConns: "DB_POOL"}
-	err := (pgconn.Config{Source: pgconn.SourceIAM, Host: "db", MaxConns: 500, Names: names}).Validate()
+	names := dbpool.Names{DatabaseURL: "DB_URL", SecretARN: "DB_SECRET", IAM: "DB_IAM=yes", Database: "DB_NAME", User: "DB_USER", MaxConns: "DB_POOL"}
+	err := (dbpool.Config{Source: dbpool.SourceIAM, Host: "db", MaxConns: 500, Names: names}).Validate()
 	for _, p := range [][2]string{{"DB_POOL", "must be from 1 to 100"}, {"DB_NAME", "is required with DB_IAM=yes"}, {"DB_USER", "is required with DB_IAM=yes"}} {
 		if !hasProblem(err, p[0], p[1]) {
 			t.Errorf("no problem for %s with %q in: %v", p[0], p[1], err)
 		}
 	}
-	err = (pgconn.Config{Source: pgconn.SourceSecretsManager, SecretARN: testARN, DatabaseURL: "postgres://db/x", Names: names}).Validate()
+	err = (dbpool.Config{Source: dbpool.SourceSecretsManager, SecretARN: testARN, DatabaseURL: "postgres://db/x", Names: names}).Validate()
 	if !hasProblem(err, "DB_URL", "conflicts with DB_SECRET: set exactly one database source") {
 		t.Errorf("two sources: %v", err)
 	}
-	err = (pgconn.Config{Names: names}).Validate()
+	err = (dbpool.Config{Names: names}).Validate()
 	if !hasProblem(err, "", "set DB_URL (a connection string), or DB_SECRET (a Secrets Manager secret in the RDS format), or DB_IAM=yes with Host, DB_NAME and DB_USER") {
 		t.Errorf("no source: %v", err)
 	}
@@ -55,7 +55,7 @@ func TestProblemsNameTheSettingsByNames(t *testing.T) {
 // hasProblem reports whether err is a *ConfigError with a problem for the
 // setting whose message contains fragment.
 func hasProblem(err error, setting, fragment string) bool {
-	var ce *pgconn.ConfigError
+	var ce *dbpool.ConfigError
 	if !errors.As(err, &ce) {
 		return false
 	}
@@ -73,7 +73,7 @@ func TestPasswordNeverShown(t *testing.T) {
 	t.Parallel()
 	const password = "Tr0ub4dor&3-s3cret"
 	encoded := "Tr0ub4dor%263-s3cret"
-	cfg := pgconn.Config{Source: pgconn.SourceURL, DatabaseURL: pgconn.ConnString("postgres://app:" + encoded + "@db:5432/outbox?sslmode=require")}.WithDefaults()
+	cfg := dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: dbpool.ConnString("postgres://app:" + encoded + "@db:5432/outbox?sslmode=require")}.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestPasswordNeverShown(t *testing.T) {
 		"%v of a pointer":   fmt.Sprintf("%v", &cfg),
 		"%v of the URL":     fmt.Sprintf("%v", cfg.DatabaseURL),
 		"%#v of the URL":    fmt.Sprintf("%#v", cfg.DatabaseURL),
-		"%+v in a struct":   fmt.Sprintf("%+v", struct{ C pgconn.Config }{cfg}),
+		"%+v in a struct":   fmt.Sprintf("%+v", struct{ C dbpool.Config }{cfg}),
 		"json.Marshal":      string(marshalled),
 		"slog text handler": text.String(),
 		"slog JSON handler": jsonLog.String(),

@@ -1,4 +1,4 @@
-package pgconn_test
+package dbpool_test
 
 import (
 	"context"
@@ -20,12 +20,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/dispatcher/shared/pgconn"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 )
 
 // iamConfig is the IAM source on srv, with cfg's other settings.
-func iamConfig(srv testServer, cfg pgconn.Config) pgconn.Config {
-	cfg.Source, cfg.Host, cfg.Port, cfg.Database, cfg.User = pgconn.SourceIAM, srv.host, srv.port, srv.db.Name, srv.role
+func iamConfig(srv testServer, cfg dbpool.Config) dbpool.Config {
+	cfg.Source, cfg.Host, cfg.Port, cfg.Database, cfg.User = dbpool.SourceIAM, srv.host, srv.port, srv.db.Name, srv.role
 	return cfg
 }
 
@@ -71,7 +71,7 @@ func TestIAMAuthTokenPerConnection(t *testing.T) {
 		return static.Retrieve(ctx)
 	})
 	var recorder passwordRecorder
-	pool, err := pgconn.Open(context.Background(), iamConfig(srv, pgconn.Config{}), pgconn.Deps{
+	pool, err := dbpool.Open(context.Background(), iamConfig(srv, dbpool.Config{}), dbpool.Deps{
 		AWS:           aws.Config{Region: "eu-west-1", Credentials: counting},
 		ConfigurePool: recorder.install,
 	})
@@ -163,27 +163,27 @@ func TestIAMAuthErrors(t *testing.T) {
 	t.Parallel()
 	srv := newTestServer(t)
 	// Names name the source in the errors, as the config package's do.
-	cfg := iamConfig(srv, pgconn.Config{Names: pgconn.Names{IAM: "DB_IAM_AUTH=true"}})
+	cfg := iamConfig(srv, dbpool.Config{Names: dbpool.Names{IAM: "DB_IAM_AUTH=true"}})
 	static := credentials.NewStaticCredentialsProvider("AKIDIAMTEST", "iam-test-secret-key", "")
 
-	_, err := pgconn.Open(context.Background(), cfg, pgconn.Deps{AWS: aws.Config{Credentials: static}})
+	_, err := dbpool.Open(context.Background(), cfg, dbpool.Deps{AWS: aws.Config{Credentials: static}})
 	if err == nil || !strings.Contains(err.Error(), "(DB_IAM_AUTH=true) needs an AWS region") {
 		t.Errorf("no region: err = %v", err)
 	}
-	_, err = pgconn.Open(context.Background(), cfg, pgconn.Deps{AWS: aws.Config{Region: "eu-west-1"}})
+	_, err = dbpool.Open(context.Background(), cfg, dbpool.Deps{AWS: aws.Config{Region: "eu-west-1"}})
 	if err == nil || !strings.Contains(err.Error(), "needs AWS credentials") {
 		t.Errorf("no credentials: err = %v", err)
 	}
 
-	_, err = pgconn.Open(context.Background(), iamConfig(srv, pgconn.Config{SSLMode: "verify-full", SSLRootCert: "/nonexistent/global-bundle.pem"}),
-		pgconn.Deps{AWS: aws.Config{Region: "eu-west-1", Credentials: static}})
+	_, err = dbpool.Open(context.Background(), iamConfig(srv, dbpool.Config{SSLMode: "verify-full", SSLRootCert: "/nonexistent/global-bundle.pem"}),
+		dbpool.Deps{AWS: aws.Config{Region: "eu-west-1", Credentials: static}})
 	if err == nil || !strings.Contains(err.Error(), "SSLRootCert: cannot read the CA bundle") {
 		t.Errorf("missing CA bundle: err = %v", err)
 	}
 
 	expired := errors.New("the security token included in the request is expired")
 	failing := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return aws.Credentials{}, expired })
-	_, err = pgconn.Open(context.Background(), cfg, pgconn.Deps{AWS: aws.Config{Region: "eu-west-1", Credentials: failing}})
+	_, err = dbpool.Open(context.Background(), cfg, dbpool.Deps{AWS: aws.Config{Region: "eu-west-1", Credentials: failing}})
 	if !errors.Is(err, expired) {
 		t.Fatalf("failing credentials: err = %v, want it to wrap %v", err, expired)
 	}
