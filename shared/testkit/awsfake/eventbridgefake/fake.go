@@ -41,6 +41,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/google/uuid"
+
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/faults"
 )
 
 // Region is the region Config names; the fake ignores it.
@@ -92,8 +94,9 @@ type Matcher func(Entry) bool
 
 // Server is a running fake. Its methods are safe for concurrent use.
 type Server struct {
-	srv  *httptest.Server
-	done chan struct{} // closed at cleanup: releases stalled and delayed calls
+	srv *httptest.Server
+	// SetLatency, Stall and Resume.
+	faults.Controls
 
 	mu              sync.Mutex
 	received        []Entry
@@ -102,8 +105,6 @@ type Server struct {
 	inFlight        int
 	maxInFlight     int
 	maxRequestBytes int
-	latency         time.Duration
-	stalled         bool
 	messageFaults   map[uuid.UUID]entryFault
 	entryFaults     []entryFault
 	callFaults      []callFault
@@ -126,10 +127,10 @@ type callFault struct {
 // New starts a fake, closed when t ends.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{done: make(chan struct{}), maxRequestBytes: DefaultMaxRequestBytes}
+	s := &Server{maxRequestBytes: DefaultMaxRequestBytes}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
 	t.Cleanup(func() {
-		close(s.done)
+		faults.Release(&s.Controls)
 		s.srv.Close()
 	})
 	return s
@@ -267,33 +268,6 @@ func (s *Server) SetMaxRequestBytes(n int) {
 	s.maxRequestBytes = n
 }
 
-// SetLatency makes every later call wait d before it is answered. A caller
-// that gives up during the wait usually has nothing accepted, but may, as
-// with the real service, when its disconnect is noticed only after the wait.
-func (s *Server) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = d
-}
-
-// Stall makes every later call hang, unanswered and not accepted, until its
-// caller gives up: a black hole, as a dead connection or a wedged service
-// looks to the caller.
-func (s *Server) Stall() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stalled = true
-}
-
-// Resume ends a Stall for calls that arrive from now on; calls already held
-// stay held until their callers give up, so that no call that was stalled
-// is ever accepted.
-func (s *Server) Resume() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stalled = false
-}
-
 // wireRequest is the PutEvents request body.
 type wireRequest struct {
 	Entries []struct {
@@ -321,6 +295,7 @@ type wireResponse struct {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	if r.Method != http.MethodPost || r.Header.Get("X-Amz-Target") != "AWSEvents.PutEvents" {
 		writeError(w, http.StatusBadRequest, "UnknownOperationException",
 			fmt.Sprintf("%s %s with X-Amz-Target %q: this fake serves only POST AWSEvents.PutEvents",
@@ -336,7 +311,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests++
 	s.inFlight++
 	s.maxInFlight = max(s.maxInFlight, s.inFlight)
-	stalled, latency := s.stalled, s.latency
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -361,7 +335,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.calls = append(s.calls, call.entries)
 	s.mu.Unlock()
 
-	if !s.wait(r, stalled, latency) {
+	if !faults.Wait(r.Context(), &s.Controls, arrived) {
 		return // the caller gave up, or the test ended; nothing is accepted
 	}
 
@@ -495,30 +469,6 @@ func (s *Server) fault(e Entry) (entryFault, bool) {
 		}
 	}
 	return entryFault{}, false
-}
-
-// wait holds a call for the latency, or for good when stalled; false means
-// the caller gave up or the server is closing.
-func (s *Server) wait(r *http.Request, stalled bool, latency time.Duration) bool {
-	if stalled {
-		select {
-		case <-r.Context().Done():
-		case <-s.done:
-		}
-		return false
-	}
-	if latency > 0 {
-		timer := time.NewTimer(latency)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case <-r.Context().Done():
-			return false
-		case <-s.done:
-			return false
-		}
-	}
-	return true
 }
 
 // nextEventID is a fresh EventId in EventBridge's (UUID) format, from a

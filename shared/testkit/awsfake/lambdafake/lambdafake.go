@@ -11,8 +11,8 @@
 // function failed and X-Amz-Log-Result (base64) when a tail was asked for;
 // API errors with X-Amzn-ErrorType and a JSON body, Retry-After on
 // throttles. Functions are registered with Handle; an unknown one is a 404
-// ResourceNotFoundException. FailCalls, SetLatency and Stall inject
-// failures.
+// ResourceNotFoundException. FailCalls, SetLatency, Stall and Resume
+// inject failures.
 package lambdafake
 
 import (
@@ -30,6 +30,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/google/uuid"
+
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/faults"
 )
 
 // Region is the region Config names.
@@ -66,25 +68,24 @@ type APIError struct {
 
 // Server is a running fake, closed when the test ends.
 type Server struct {
-	srv     *httptest.Server
-	closing chan struct{}
+	srv *httptest.Server
+	// SetLatency, Stall and Resume.
+	faults.Controls
 
 	mu          sync.Mutex
 	functions   map[string]Handler
 	requests    int
 	invocations []Invocation
 	failures    []APIError // one per call to fail, in order
-	latency     time.Duration
-	stalled     bool
 }
 
 // New starts a fake for t.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{closing: make(chan struct{}), functions: map[string]Handler{}}
+	s := &Server{functions: map[string]Handler{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(func() {
-		close(s.closing) // release stalled calls, or Close would wait for them
+		faults.Release(&s.Controls) // or Close would wait for the held calls
 		s.srv.Close()
 	})
 	return s
@@ -143,32 +144,17 @@ func (s *Server) FailCallsWith(n int, e APIError) {
 	}
 }
 
-// SetLatency delays every later answer by d (the caller giving up ends the
-// wait).
-func (s *Server) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = d
-}
-
-// Stall makes every later call wait until the caller gives up.
-func (s *Server) Stall() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stalled = true
-}
-
 const (
 	pathPrefix = "/2015-03-31/functions/"
 	pathSuffix = "/invocations"
 )
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	payload, readErr := io.ReadAll(r.Body)
 
 	s.mu.Lock()
 	s.requests++
-	latency, stalled := s.latency, s.stalled
 	var failure *APIError
 	if len(s.failures) > 0 {
 		failure = &s.failures[0]
@@ -176,24 +162,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 
-	if stalled {
-		select {
-		case <-r.Context().Done():
-		case <-s.closing:
-		}
-		return
-	}
-	if latency > 0 {
-		timer := time.NewTimer(latency)
-		select {
-		case <-timer.C:
-		case <-r.Context().Done():
-			timer.Stop()
-			return
-		case <-s.closing:
-			timer.Stop()
-			return
-		}
+	if !faults.Wait(r.Context(), &s.Controls, arrived) {
+		return // the caller gave up, or the test ended
 	}
 
 	switch {

@@ -39,7 +39,6 @@
 package snsfake
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -55,6 +54,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/google/uuid"
+
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/faults"
 )
 
 // Region and AccountID are those of the ARNs the fake hands out.
@@ -158,9 +159,8 @@ type Server struct {
 	idPrefix    [8]byte
 	idCounter   atomic.Uint64
 	connections atomic.Int64
-	// stop releases stalled and delayed calls when the test ends, so that
-	// closing the server does not wait for them.
-	stop chan struct{}
+	// SetLatency, Stall and Resume.
+	faults.Controls
 
 	mu             sync.Mutex
 	calls          []Call
@@ -168,8 +168,6 @@ type Server struct {
 	requests       int
 	inFlight       int
 	maxInFlight    int
-	latency        time.Duration
-	stalled        bool
 	drop           int
 	callFailures   []callFailure
 	poisons        []poison
@@ -199,7 +197,7 @@ type entryFailure struct {
 // New starts a fake, closed when the test ends.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	s := &Server{maxMessageBytes: DefaultMaxMessageBytes, stop: make(chan struct{})}
+	s := &Server{maxMessageBytes: DefaultMaxMessageBytes}
 	prefix := uuid.New()
 	copy(s.idPrefix[:], prefix[:8])
 	for _, o := range opts {
@@ -214,7 +212,7 @@ func New(t testing.TB, opts ...Option) *Server {
 	s.srv.Start()
 	// Cleanups run last-in first-out: release held calls, then close.
 	t.Cleanup(s.srv.Close)
-	t.Cleanup(func() { close(s.stop) })
+	t.Cleanup(func() { faults.Release(&s.Controls) })
 	return s
 }
 
@@ -338,30 +336,6 @@ func (s *Server) DropCalls(n int) {
 	s.drop += n
 }
 
-// SetLatency makes every later call take d (0 for none) from the request's
-// arrival to its answer, the fake's own work included. A call whose client
-// gives up first is not answered, and its entries are not received.
-func (s *Server) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = d
-}
-
-// Stall holds every later call unanswered until its client gives up or the
-// test ends; stalled entries are never received.
-func (s *Server) Stall() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stalled = true
-}
-
-// Resume ends a Stall: later calls are answered again.
-func (s *Server) Resume() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stalled = false
-}
-
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	s.mu.Lock()
@@ -400,7 +374,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		problems[i] = entryProblem(e)
 	}
 
-	if !s.wait(r.Context(), arrived) {
+	if !faults.Wait(r.Context(), &s.Controls, arrived) {
 		s.record(call, 0, "")
 		return
 	}
@@ -457,34 +431,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.calls = append(s.calls, call)
 	s.mu.Unlock()
 	writeResult(w, resp, requestID)
-}
-
-// wait holds the answer until the latency has passed since the request
-// arrived, or for as long as the fake is stalled; false when the client gave
-// up or the test ended first.
-func (s *Server) wait(ctx context.Context, arrived time.Time) bool {
-	s.mu.Lock()
-	latency, stalled := s.latency, s.stalled
-	s.mu.Unlock()
-	var elapsed <-chan time.Time
-	switch remaining := latency - time.Since(arrived); {
-	case stalled:
-		// nil channel: wait for the client or the end of the test only.
-	case remaining > 0:
-		timer := time.NewTimer(remaining)
-		defer timer.Stop()
-		elapsed = timer.C
-	default:
-		return true
-	}
-	select {
-	case <-elapsed:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-s.stop:
-		return false
-	}
 }
 
 func (s *Server) record(c Call, status int, code string) {

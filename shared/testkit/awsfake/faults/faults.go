@@ -1,0 +1,105 @@
+// Package faults holds the time faults the wire-level AWS fakes share:
+// latency and stalls. snsfake, eventbridgefake and lambdafake embed
+// [Controls], so that SetLatency, Stall and Resume mean the same thing on
+// each of them, and each handler holds its answer with [Wait].
+//
+// The fakes' other faults (failed entries, failed calls, dropped
+// connections) stay with each fake: they are shaped by the service's own
+// answers, which differ.
+package faults
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Controls are a fake's latency and stall settings. The zero value has no
+// latency and is not stalled; its methods are safe for concurrent use.
+type Controls struct {
+	mu       sync.Mutex
+	latency  time.Duration
+	stalled  bool
+	released chan struct{} // closed by Release; made on first use
+}
+
+// SetLatency makes every later call take d (0 for none) from the request's
+// arrival to its answer, the fake's own work included. A call whose client
+// gives up first is not answered, and nothing it carried is accepted.
+func (c *Controls) SetLatency(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.latency = d
+}
+
+// Stall holds every later call unanswered, and nothing it carries
+// accepted, until its client gives up or the test ends: a black hole, as a
+// dead connection or a wedged service looks to the caller.
+func (c *Controls) Stall() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stalled = true
+}
+
+// Resume ends a Stall for calls that arrive from now on; calls already held
+// stay held until their clients give up, so that no stalled call is ever
+// accepted.
+func (c *Controls) Resume() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stalled = false
+}
+
+// releasedLocked is the channel Release closes.
+func (c *Controls) releasedLocked() chan struct{} {
+	if c.released == nil {
+		c.released = make(chan struct{})
+	}
+	return c.released
+}
+
+// Release lets every held call go, unanswered, as it does every later one
+// that would be held: a fake calls it when its test ends, before it closes
+// its server, which would otherwise wait for the held calls. It is a
+// function rather than a method so that a fake embedding Controls does not
+// offer it to tests.
+func Release(c *Controls) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := c.releasedLocked()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// Wait holds a call that arrived at arrived until the latency has passed
+// since then, or for good while the fake is stalled (the stall as it was
+// when the call got here). It returns false when the call must not be
+// answered: its client gave up (ctx, the request's context), or the fake
+// was released.
+func Wait(ctx context.Context, c *Controls, arrived time.Time) bool {
+	c.mu.Lock()
+	latency, stalled, released := c.latency, c.stalled, c.releasedLocked()
+	c.mu.Unlock()
+	var elapsed <-chan time.Time
+	switch remaining := latency - time.Since(arrived); {
+	case stalled:
+		// nil channel: wait for the client or the end of the test only.
+	case remaining > 0:
+		timer := time.NewTimer(remaining)
+		defer timer.Stop()
+		elapsed = timer.C
+	default:
+		return true
+	}
+	select {
+	case <-elapsed:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-released:
+		return false
+	}
+}
