@@ -8,6 +8,11 @@
 // by Stop. It is disposable: it runs with fsync off, so a machine crash can
 // corrupt it — delete the directory and it is made again.
 //
+// It is the project's one throwaway-cluster launcher: the fault-injection
+// soak (shared/testkit/soak) starts its cluster here too, Durable (a
+// restart in immediate mode must find every commit in the WAL), with its
+// own server settings, and restarts it with Restart.
+//
 // PostgreSQL refuses to run as root. When the calling process is root, the
 // binaries run as the "postgres" system user (created when missing), which
 // then owns the directory.
@@ -55,7 +60,31 @@ type Options struct {
 	BinDir string
 	// StartTimeout bounds initdb plus the server's start (default 60s).
 	StartTimeout time.Duration
+	// Durable keeps PostgreSQL's durability settings (fsync,
+	// synchronous_commit, full_page_writes) at their defaults, on; without
+	// it they are off, as a demo wants.
+	Durable bool
+	// MaxConnections is the server's max_connections (default 100).
+	MaxConnections int
+	// Settings are more server settings, "name=value" each, passed with -c
+	// after this package's own.
+	Settings []string
+	// SystemUser runs the binaries when the caller is root (default
+	// postgres; created when missing).
+	SystemUser string
 }
+
+// Restart modes, as pg_ctl names them.
+const (
+	// RestartFast is a clean shutdown: sessions are terminated, open
+	// transactions rolled back, a checkpoint written (a planned restart, a
+	// minor-version upgrade, an RDS reboot without failover).
+	RestartFast = "fast"
+	// RestartImmediate stops every server process at once, without a
+	// checkpoint: the next start runs crash recovery from the WAL (what a
+	// crash, an OOM kill or a failover to a replica looks like to clients).
+	RestartImmediate = "immediate"
+)
 
 // Cluster is a running throwaway cluster.
 type Cluster struct {
@@ -69,9 +98,12 @@ type Cluster struct {
 	Version string
 	// Initialized is true when Start ran initdb (a first use).
 	Initialized bool
+	// LogPath is the server's log file.
+	LogPath string
 
 	binDir string
 	runAs  *syscall.Credential
+	user   string // the system user runAs is
 }
 
 // FindBinaries returns the directory holding initdb and pg_ctl: the PATH's
@@ -145,13 +177,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localpg: %w", err)
 	}
-	c := &Cluster{DataDir: filepath.Join(dir, "data"), binDir: binDir}
+	c := &Cluster{DataDir: filepath.Join(dir, "data"), LogPath: filepath.Join(dir, "postgres.log"), binDir: binDir, user: opts.SystemUser}
+	if c.user == "" {
+		c.user = systemUser
+	}
 	if os.Geteuid() == 0 {
-		if c.runAs, err = nonRootCredential(ctx); err != nil {
+		if c.runAs, err = nonRootCredential(ctx, c.user); err != nil {
 			return nil, err
 		}
 		if !reachableBy(dir, c.runAs.Uid) {
-			return nil, fmt.Errorf("localpg: %s is not reachable by the %s user, who must run PostgreSQL (root may not): choose a directory outside a private home", dir, systemUser)
+			return nil, fmt.Errorf("localpg: %s is not reachable by the %s user, who must run PostgreSQL (root may not): choose a directory outside a private home", dir, c.user)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -194,11 +229,20 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	// Only TCP on the loopback: no Unix socket, whose path length and
-	// directory permissions vary by machine. fsync is off because the
-	// cluster is disposable and a demo should measure the outbox, not the
-	// laptop's disk.
-	serverOptions := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100", c.Port)
-	logFile := filepath.Join(dir, "postgres.log")
+	// directory permissions vary by machine. fsync is off unless Durable
+	// because the cluster is disposable and a demo should measure the
+	// outbox, not the laptop's disk.
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = 100
+	}
+	serverOptions := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=%d", c.Port, opts.MaxConnections)
+	if !opts.Durable {
+		serverOptions += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	for _, setting := range opts.Settings {
+		serverOptions += " -c " + setting
+	}
+	logFile := c.LogPath
 	if out, err := c.pgctl(ctx, "start", "-D", c.DataDir, "-l", logFile, "-o", serverOptions, "-w", "-t", strconv.Itoa(int(opts.StartTimeout.Seconds()))); err != nil {
 		logTail, _ := os.ReadFile(logFile)
 		return nil, fmt.Errorf("localpg: pg_ctl start: %w: %s %s", err, lastLines(out, 2), lastLines(logTail, 3))
@@ -216,6 +260,37 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		return fmt.Errorf("localpg: pg_ctl stop: %w: %s", err, lastLines(out, 2))
 	}
 	return nil
+}
+
+// StopImmediate stops every server process at once, without a checkpoint,
+// and waits for them to exit: for a cluster about to be deleted.
+func (c *Cluster) StopImmediate(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if out, err := c.pgctl(ctx, "stop", "-D", c.DataDir, "-m", "immediate", "-w"); err != nil {
+		return fmt.Errorf("localpg: pg_ctl stop: %w: %s", err, lastLines(out, 2))
+	}
+	return nil
+}
+
+// Restart restarts the server in mode (RestartFast or RestartImmediate),
+// with the options it was started with, and waits until it accepts
+// connections again, for at most five minutes (crash recovery after an
+// immediate stop replays the WAL since the last checkpoint). It returns
+// how long the server was unavailable.
+func (c *Cluster) Restart(ctx context.Context, mode string) (time.Duration, error) {
+	start := time.Now()
+	out, err := c.pgctl(ctx, "restart", "-D", c.DataDir, "-l", c.LogPath, "-m", mode, "-w", "-t", "300")
+	if err != nil {
+		logTail, _ := os.ReadFile(c.LogPath)
+		return time.Since(start), fmt.Errorf("localpg: pg_ctl restart -m %s: %w: %s %s", mode, err, lastLines(out, 2), lastLines(logTail, 5))
+	}
+	return time.Since(start), nil
+}
+
+// URLFor connects to database as user (trust authentication).
+func (c *Cluster) URLFor(user, database string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=5", user, c.Port, database)
 }
 
 // Running reports whether the cluster's server is running.
@@ -268,15 +343,15 @@ func (c *Cluster) chown(dir string) error {
 			return err
 		}
 		if err := os.Lchown(path, int(c.runAs.Uid), int(c.runAs.Gid)); err != nil {
-			return fmt.Errorf("localpg: give %s to the %s user: %w", path, systemUser, err)
+			return fmt.Errorf("localpg: give %s to the %s user: %w", path, c.user, err)
 		}
 		return nil
 	})
 }
 
-// nonRootCredential returns the postgres system user, creating it when
+// nonRootCredential returns the system user systemUser, creating it when
 // missing.
-func nonRootCredential(ctx context.Context) (*syscall.Credential, error) {
+func nonRootCredential(ctx context.Context, systemUser string) (*syscall.Credential, error) {
 	u, err := user.Lookup(systemUser)
 	if err != nil {
 		useradd, lookErr := exec.LookPath("useradd")

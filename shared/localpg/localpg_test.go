@@ -92,3 +92,51 @@ func query(t *testing.T, url, sql string) string {
 	}
 	return out
 }
+
+// A Durable cluster (what the soak starts) keeps fsync on, takes its extra
+// settings, and still has a committed row after an immediate restart, which
+// is a crash to the server: recovery replays the WAL. The restart keeps the
+// options the cluster was started with.
+func TestDurableClusterSurvivesAnImmediateRestart(t *testing.T) {
+	t.Parallel()
+	if _, err := localpg.FindBinaries(); err != nil {
+		t.Skipf("no PostgreSQL binaries: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "localpg-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := localpg.Start(ctx, localpg.Options{Dir: dir, Durable: true, MaxConnections: 42,
+		Settings: []string{"autovacuum_naptime=7s", "log_line_prefix='%m [%p] '"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.StopImmediate(context.Background()) })
+	url := c.URLFor(localpg.User, "postgres")
+	for setting, want := range map[string]string{"fsync": "on", "synchronous_commit": "on", "max_connections": "42", "autovacuum_naptime": "7s", "log_line_prefix": "%m [%p] "} {
+		if got := query(t, url, "SHOW "+setting); got != want {
+			t.Errorf("%s = %q, want %q", setting, got, want)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, "CREATE TABLE kept AS SELECT 'committed'::text AS v")
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restart(ctx, localpg.RestartImmediate); err != nil {
+		t.Fatal(err)
+	}
+	if got := query(t, url, "SELECT v FROM kept"); got != "committed" {
+		t.Errorf("after an immediate restart the committed row reads %q", got)
+	}
+	if got := query(t, url, "SHOW autovacuum_naptime"); got != "7s" {
+		t.Errorf("after the restart autovacuum_naptime = %q, want the start's 7s", got)
+	}
+}

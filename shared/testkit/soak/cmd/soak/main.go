@@ -10,9 +10,10 @@
 //	SOAK_MESSAGES=20000 make soak    # smaller; faults scale with SOAK_KILLS etc.
 //	go run ./shared/testkit/soak/cmd/soak -quick         # the variant the test suite runs
 //
-// It runs its own PostgreSQL cluster (initdb into a temporary directory),
-// so it needs the PostgreSQL 15+ server binaries (SOAK_PG_BIN, or
-// pg_config on the PATH, or /usr/lib/postgresql/<v>/bin). It exits 1 when
+// It runs its own PostgreSQL cluster (initdb into a temporary directory,
+// by shared/localpg), so it needs the PostgreSQL 15+ server binaries
+// (SOAK_PG_BIN, or initdb on the PATH, or the usual installation
+// directories such as /usr/lib/postgresql/<v>/bin). It exits 1 when
 // a guarantee was broken and 2 when the run could not be carried out.
 package main
 
