@@ -84,8 +84,8 @@ FUZZ_TARGETS := \
 	./shared/publish/webhook:FuzzClassifyResponse \
 	./shared/publish:FuzzEncodeEnvelope \
 	./shared/handler/dispatchfn:FuzzParseEvent \
-	./shared/handler:FuzzParseReaperEvent \
-	./shared/handler:FuzzParseReplayEvent \
+	./shared/handler/reaperfn:FuzzParseEvent \
+	./shared/handler/replayfn:FuzzParseEvent \
 	./shared/handler:FuzzDecodeMetricsEvent \
 	./shared/outboxdb:FuzzEnqueue
 

@@ -9,8 +9,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -364,14 +366,20 @@ func TestWatchedMetricsAreEmitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var code strings.Builder
-	for _, dir := range []string{"../shared/handler", "../shared/handler/dispatchfn"} {
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), ".go") && !strings.HasSuffix(e.Name(), "_test.go") {
-				b, _ := os.ReadFile(dir + "/" + e.Name())
-				code.Write(b)
-			}
+	// shared/handler and each function's package below it.
+	err = filepath.WalkDir("../shared/handler", func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
 		}
+		if !e.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			b, err := os.ReadFile(path)
+			code.Write(b)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	seen := 0
 	metric := regexp.MustCompile(`(?:MetricName: |\["\$\{Namespace\}", "|\[\s*"\.", ")([A-Z][A-Za-z]+)`)

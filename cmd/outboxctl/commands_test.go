@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxkit/dispatcher/shared/dispatch"
-	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
@@ -283,7 +283,7 @@ func TestReplay(t *testing.T) {
 	if n := countRows(t, d.Pool, `SELECT count(*) FROM outbox.dead`); n != 2 {
 		t.Fatalf("the dry run moved messages: %d dead left", n)
 	}
-	var sum handler.ReplaySummary
+	var sum replayfn.Summary
 	dj := cli(t, env, "replay", "--all", "--json")
 	if err := json.Unmarshal([]byte(dj.out), &sum); err != nil || sum.Matched != 2 || !sum.DryRun || sum.Replayed != 0 {
 		t.Fatalf("replay --all --json: %v %+v", err, sum)

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
-	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
@@ -85,7 +85,7 @@ func newDeadListCommand(g *globalOptions) *cobra.Command {
 			return nil
 		},
 	}
-	filter.register(cmd.Flags(), fmt.Sprintf("list at most this many (default %d, at most %d)", handler.DefaultReplayLimit, listMaxLimit))
+	filter.register(cmd.Flags(), fmt.Sprintf("list at most this many (default %d, at most %d)", replayfn.DefaultLimit, listMaxLimit))
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -31,6 +31,8 @@ import (
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
+	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
+	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/route"
@@ -142,9 +144,9 @@ type demoReport struct {
 	// SinkMissingKeys counts non-poison messages the sink never handled.
 	SinkMissingKeys int `json:"sink_missing_keys"`
 
-	Reaper      handler.ReaperSummary `json:"reaper"`
-	DeadLetters []string              `json:"dead_letters"`
-	ReplayDry   handler.ReplaySummary `json:"replay_dry_run"`
+	Reaper      reaperfn.Summary `json:"reaper"`
+	DeadLetters []string         `json:"dead_letters"`
+	ReplayDry   replayfn.Summary `json:"replay_dry_run"`
 
 	DispatchSeconds   float64 `json:"dispatch_seconds"`
 	ThroughputPerSec  float64 `json:"throughput_per_second"`
@@ -319,7 +321,7 @@ func runDemo(ctx context.Context, g *globalOptions, opts demoOptions, w io.Write
 	more("%d invocations; delivered %s; %s", len(sums), byTarget(rep.DeliveredByTarget), awsNote)
 
 	// 6. The reaper.
-	reaper, closeReaper, err := handler.NewReaper(ctx, reaperCfg, deps)
+	reaper, closeReaper, err := reaperfn.New(ctx, reaperCfg, deps)
 	if err != nil {
 		return rep, fmt.Errorf("reaper: cold start failed: %w", err)
 	}
@@ -344,7 +346,7 @@ func runDemo(ctx context.Context, g *globalOptions, opts demoOptions, w io.Write
 
 	// 8. A replay dry run, as `outboxctl replay` does it.
 	dryRun := true
-	req, err := parseReplayFlags(handler.ReplayEvent{ErrorCode: "TARGET_REJECTED", DryRun: &dryRun, Operator: osUser()}, handler.DefaultReplayLimit)
+	req, err := parseReplayFlags(replayfn.Event{ErrorCode: "TARGET_REJECTED", DryRun: &dryRun, Operator: osUser()}, replayfn.DefaultLimit)
 	if err != nil {
 		return rep, err
 	}

@@ -9,12 +9,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
 // deadFilterFlags are the dead-letter replay function's filters as flags,
 // shared by `dead list` and `replay`. They are validated by the function's
-// own parser (handler.ParseReplayEvent), so the command line accepts and
+// own parser (replayfn.ParseEvent), so the command line accepts and
 // refuses exactly what the function does.
 type deadFilterFlags struct {
 	ids          []string
@@ -37,8 +38,8 @@ func (f *deadFilterFlags) register(fs *pflag.FlagSet, limitUsage string) {
 }
 
 // event is the replay function's event for these filters.
-func (f *deadFilterFlags) event(now time.Time) (handler.ReplayEvent, error) {
-	ev := handler.ReplayEvent{
+func (f *deadFilterFlags) event(now time.Time) (replayfn.Event, error) {
+	ev := replayfn.Event{
 		MessageIDs: f.ids, Namespace: f.namespace, Topic: f.topic, ErrorCode: f.errorCode, Limit: f.limit,
 	}
 	for _, tf := range []struct {
@@ -57,14 +58,14 @@ func (f *deadFilterFlags) event(now time.Time) (handler.ReplayEvent, error) {
 	return ev, nil
 }
 
-// parseReplayFlags validates ev with handler.ParseReplayEvent, the function's own
+// parseReplayFlags validates ev with replayfn.ParseEvent, the function's own
 // validation, and words its complaints in flags.
-func parseReplayFlags(ev handler.ReplayEvent, maxLimit int) (lease.ReplayRequest, error) {
+func parseReplayFlags(ev replayfn.Event, maxLimit int) (lease.ReplayRequest, error) {
 	raw, err := json.Marshal(ev)
 	if err != nil {
 		return lease.ReplayRequest{}, err
 	}
-	req, err := handler.ParseReplayEvent(raw, maxLimit)
+	req, err := replayfn.ParseEvent(raw, maxLimit)
 	var evErr *handler.EventError
 	if errors.As(err, &evErr) {
 		return req, usagef("%s", inFlagTerms(evErr.Problem))

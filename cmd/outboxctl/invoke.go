@@ -17,6 +17,9 @@ import (
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
+	"github.com/outboxkit/dispatcher/shared/handler/metricsfn"
+	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
+	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 )
 
 // invocable is one function's handler, built from the environment as its
@@ -44,9 +47,9 @@ func build[C any, H any, A any](load func(config.Env) (C, error), newHandler fun
 // functions/ and template.yaml.
 var functions = map[string]invocable{
 	"dispatch":   build(dispatchconfig.Load, dispatchfn.New, (*dispatchfn.Handler).Handle),
-	"reaper":     build(config.LoadReaper, handler.NewReaper, (*handler.Reaper).Handle),
-	"dlq-replay": build(config.LoadReplay, handler.NewReplay, (*handler.Replay).Handle),
-	"metrics":    build(config.LoadMetrics, handler.NewMetrics, (*handler.Metrics).Handle),
+	"reaper":     build(config.LoadReaper, reaperfn.New, (*reaperfn.Handler).Handle),
+	"dlq-replay": build(config.LoadReplay, replayfn.New, (*replayfn.Handler).Handle),
+	"metrics":    build(config.LoadMetrics, metricsfn.New, (*metricsfn.Handler).Handle),
 }
 
 func functionNames() string {

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
-	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
@@ -72,7 +72,7 @@ filter is refused unless --all.`,
 		},
 	}
 	filter.register(cmd.Flags(), fmt.Sprintf("replay at most this many, oldest first (default %d, at most $OUTBOX_REPLAY_MAX_LIMIT, %d)",
-		handler.DefaultReplayLimit, config.DefaultReplayMaxLimit))
+		replayfn.DefaultLimit, config.DefaultReplayMaxLimit))
 	cmd.Flags().BoolVar(&all, "all", false, "allow an empty filter: every dead letter (up to --limit)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "move the messages (default: a dry run that only lists them)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why they are replayed, recorded on each REPLAYED attempt (required with --yes)")
@@ -84,25 +84,25 @@ filter is refused unless --all.`,
 // replay runs a validated request: the dry run lists what matches; a real
 // run moves it and lists what moved. Its answer, and its JSON, are the
 // replay function's.
-func replay(ctx context.Context, w io.Writer, store *lease.Store, req lease.ReplayRequest, asJSON bool) (handler.ReplaySummary, error) {
+func replay(ctx context.Context, w io.Writer, store *lease.Store, req lease.ReplayRequest, asJSON bool) (replayfn.Summary, error) {
 	dry := req
 	dry.DryRun = true
 	matched, err := store.ReplayDead(ctx, dry)
 	if err != nil {
-		return handler.ReplaySummary{}, err
+		return replayfn.Summary{}, err
 	}
 	// Read the letters before they move: afterwards they are pending rows.
 	var letters lease.DeadLetters
 	if len(matched) > 0 {
 		if letters, err = store.ListDead(ctx, lease.DeadFilter{MessageIDs: matched, Limit: len(matched)}); err != nil {
-			return handler.ReplaySummary{}, err
+			return replayfn.Summary{}, err
 		}
 	}
-	summary := handler.ReplaySummary{Matched: len(matched), DryRun: req.DryRun, MessageIDs: idStrings(matched)}
+	summary := replayfn.Summary{Matched: len(matched), DryRun: req.DryRun, MessageIDs: idStrings(matched)}
 	var moved []uuid.UUID
 	if !req.DryRun && len(matched) > 0 {
 		if moved, err = store.ReplayDead(ctx, req); err != nil {
-			return handler.ReplaySummary{}, err
+			return replayfn.Summary{}, err
 		}
 		summary.Replayed, summary.MessageIDs = len(moved), idStrings(moved)
 		letters = only(letters, moved)

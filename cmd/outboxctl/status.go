@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/metricsfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
@@ -74,7 +74,7 @@ func newStatusCommand(g *globalOptions) *cobra.Command {
 type statusDoc struct {
 	GeneratedAt time.Time          `json:"generated_at"`
 	Topics      []lease.TopicStats `json:"topics"`
-	Totals      handler.Totals     `json:"totals"`
+	Totals      metricsfn.Totals   `json:"totals"`
 }
 
 func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval time.Duration, asJSON bool) error {

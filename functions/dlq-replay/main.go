@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 )
 
 func main() {
@@ -22,7 +23,7 @@ func main() {
 	if err != nil {
 		handler.FailInit("dlq-replay", err)
 	}
-	h, closeFn, err := handler.NewReplay(context.Background(), cfg, handler.Deps{})
+	h, closeFn, err := replayfn.New(context.Background(), cfg, handler.Deps{})
 	if err != nil {
 		handler.FailInit("dlq-replay", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
 )
 
 func main() {
@@ -22,7 +23,7 @@ func main() {
 	if err != nil {
 		handler.FailInit("reaper", err)
 	}
-	h, closeFn, err := handler.NewReaper(context.Background(), cfg, handler.Deps{})
+	h, closeFn, err := reaperfn.New(context.Background(), cfg, handler.Deps{})
 	if err != nil {
 		handler.FailInit("reaper", err)
 	}

@@ -12,7 +12,7 @@
 //	if err != nil {
 //		handler.FailInit("reaper", err) // every problem, one per line, each naming its variable
 //	}
-//	h, closeFn, err := handler.NewReaper(ctx, cfg, handler.Deps{})
+//	h, closeFn, err := reaperfn.New(ctx, cfg, handler.Deps{})
 //
 // The dispatch function's part is apart so that the other functions do
 // not link the routes' JSON Schema library, whose package initialisation

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
 )
 
 // nestedEnvelope wraps inner in depth EventBridge envelopes.
@@ -21,16 +22,16 @@ func nestedEnvelope(depth int, inner string) []byte {
 
 func TestDecodeEventAcceptsOneEnvelopeLevel(t *testing.T) {
 	t.Parallel()
-	ev, err := handler.ParseReaperEvent(nestedEnvelope(1, `{"batch_size":50,"max_rounds":3}`))
-	if err != nil || ev != (handler.ReaperEvent{BatchSize: 50, MaxRounds: 3}) {
+	ev, err := reaperfn.ParseEvent(nestedEnvelope(1, `{"batch_size":50,"max_rounds":3}`))
+	if err != nil || ev != (reaperfn.Event{BatchSize: 50, MaxRounds: 3}) {
 		t.Fatalf("one envelope: %+v, %v; want batch_size 50, max_rounds 3", ev, err)
 	}
 	for _, detail := range []string{`{}`, `null`, ` {} `} {
-		if ev, err := handler.ParseReaperEvent(nestedEnvelope(1, detail)); err != nil || ev != (handler.ReaperEvent{}) {
+		if ev, err := reaperfn.ParseEvent(nestedEnvelope(1, detail)); err != nil || ev != (reaperfn.Event{}) {
 			t.Errorf("envelope with detail %s: %+v, %v; want an empty event", detail, ev, err)
 		}
 	}
-	if ev, err := handler.ParseReaperEvent([]byte(`{"detail-type":"Scheduled Event","source":"aws.events"}`)); err != nil || ev != (handler.ReaperEvent{}) {
+	if ev, err := reaperfn.ParseEvent([]byte(`{"detail-type":"Scheduled Event","source":"aws.events"}`)); err != nil || ev != (reaperfn.Event{}) {
 		t.Errorf("envelope without detail: %+v, %v; want an empty event", ev, err)
 	}
 }
@@ -54,7 +55,7 @@ func TestDecodeEventRefusesNestedEnvelopes(t *testing.T) {
 		{9_000, `{"batch_size":50}`},
 	} {
 		raw := nestedEnvelope(tc.depth, tc.inner)
-		ev := handler.ReaperEvent{BatchSize: -1}
+		ev := reaperfn.Event{BatchSize: -1}
 		err := handler.DecodeEvent("reaper", raw, &ev)
 		var ee *handler.EventError
 		if !errors.As(err, &ee) {
@@ -64,7 +65,7 @@ func TestDecodeEventRefusesNestedEnvelopes(t *testing.T) {
 		if ee.Function != "reaper" || ee.Problem != want {
 			t.Errorf("%d envelopes around %s: %+v; want function reaper, problem %q", tc.depth, tc.inner, ee, want)
 		}
-		if ev != (handler.ReaperEvent{BatchSize: -1}) {
+		if ev != (reaperfn.Event{BatchSize: -1}) {
 			t.Errorf("%d envelopes around %s: the refused event was decoded into %+v", tc.depth, tc.inner, ev)
 		}
 	}

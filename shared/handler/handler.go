@@ -1,12 +1,12 @@
 // Package handler holds what the Lambda functions share — the per-process
 // Runtime (logs, cold start, tracing, metrics), strict event decoding, the
 // cold-start wiring from the typed configuration the config package reads
-// from the environment — and the reaper, dead-letter
-// replay and metrics handlers. Each handler takes the raw invocation event,
-// validates it (a malformed event gets an *EventError and changes nothing),
-// does one bounded piece of work and answers a JSON summary (DESIGN.md §4).
-// The dispatch handler lives in dispatchfn, so that the other functions do
-// not link the publishers and their SDK clients.
+// from the environment. Each function's handler is a package of its own
+// below it: dispatchfn, reaperfn, replayfn, metricsfn, so that a function
+// links only what it runs (the reaper none of the publishers and their SDK
+// clients). Each handler takes the raw invocation event, validates it (a
+// malformed event gets an *EventError and changes nothing), does one
+// bounded piece of work and answers a JSON summary (DESIGN.md §4).
 //
 // The functions' main packages only wire these up; the operator CLI runs the
 // same handlers in-process.

@@ -47,7 +47,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/dispatcher/shared/dispatch"
-	"github.com/outboxkit/dispatcher/shared/handler"
+	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
 )
 
 // Channel is the notification channel of migration 00004's trigger.
@@ -71,12 +71,12 @@ type Dispatcher interface {
 
 var _ Dispatcher = (*dispatch.Engine)(nil)
 
-// Reaper runs one reaper pass; *handler.Reaper is one.
+// Reaper runs one reaper pass; *reaperfn.Handler is one.
 type Reaper interface {
-	Handle(ctx context.Context, raw json.RawMessage) (handler.ReaperSummary, error)
+	Handle(ctx context.Context, raw json.RawMessage) (reaperfn.Summary, error)
 }
 
-var _ Reaper = (*handler.Reaper)(nil)
+var _ Reaper = (*reaperfn.Handler)(nil)
 
 // Connect opens the connection the listener owns; it is closed and opened
 // again when it fails.

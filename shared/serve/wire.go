@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
+	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
 )
 
 // ListenApplicationName is the application_name of the listener's
@@ -21,7 +22,7 @@ const ListenApplicationName = "outbox-dispatcher/serve-listen"
 
 // Open builds a server from its configuration exactly as the functions
 // build themselves: the engine with dispatchfn.New (publishers, database
-// pool), the reaper with handler.NewReaper when setup has one and
+// pool), the reaper with reaperfn.New when setup has one and
 // cfg.ReaperInterval is positive, and one more connection, from the same
 // database settings, for LISTEN. cfg.Log defaults to the dispatch runtime's
 // JSON logger and cfg.WorkerID to "serve@<host>:<random>". The returned
@@ -39,9 +40,9 @@ func Open(ctx context.Context, setup dispatchconfig.Serve, deps handler.Deps, cf
 	}
 	closers = append(closers, closeDispatch)
 
-	var reaper *handler.Reaper
+	var reaper *reaperfn.Handler
 	if cfg.ReaperInterval > 0 && setup.Reaper != nil {
-		r, closeReaper, err := handler.NewReaper(ctx, *setup.Reaper, deps)
+		r, closeReaper, err := reaperfn.New(ctx, *setup.Reaper, deps)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("reaper: %w", err)

@@ -1,4 +1,10 @@
-package handler
+// Package metricsfn is the metrics exporter function's handler: it reads
+// outbox.stats() and writes the queue's depth, age, dead letters, expired
+// leases and blocked keys as CloudWatch metrics (Embedded Metric Format),
+// for the whole queue and its busiest namespace/topic pairs. What every
+// function shares (event decoding, the runtime, the cold-start wiring) is
+// in the parent package, handler.
+package metricsfn
 
 import (
 	"cmp"
@@ -7,6 +13,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 )
@@ -92,29 +100,29 @@ func addStats(into *lease.TopicStats, s lease.TopicStats) {
 	into.OldestBlockedKeyAgeSeconds = max(into.OldestBlockedKeyAgeSeconds, s.OldestBlockedKeyAgeSeconds)
 }
 
-// Metrics is the metrics exporter's handler.
-type Metrics struct {
+// Handler is the metrics exporter's handler.
+type Handler struct {
 	Store *lease.Store
 	// TopN bounds the namespace/topic pairs reported one by one.
 	TopN int
-	RT   *Runtime
+	RT   *handler.Runtime
 	// Now is injectable for tests.
 	Now func() time.Time
 }
 
 // Handle reads outbox.stats(), writes the queue metrics as Embedded Metric
 // Format documents and answers the snapshot.
-func (h *Metrics) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, error) {
+func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, error) {
 	log, cold := h.RT.Begin(ctx)
 	var ev struct{}
-	if err := DecodeEvent("metrics", raw, &ev); err != nil {
+	if err := handler.DecodeEvent("metrics", raw, &ev); err != nil {
 		log.Error("malformed event", "error", err.Error())
 		return Snapshot{}, err
 	}
 	stats, err := h.Store.Stats(ctx)
 	if err != nil {
 		log.Error("reading outbox.stats() failed", "error", err.Error())
-		return Snapshot{}, &InvocationError{Function: "metrics", Err: err}
+		return Snapshot{}, &handler.InvocationError{Function: "metrics", Err: err}
 	}
 	now := time.Now
 	if h.Now != nil {
@@ -126,27 +134,27 @@ func (h *Metrics) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 	// The whole queue, without dimensions beyond FunctionName: what the
 	// alarms watch.
 	t := snap.Totals
-	Put(m, "PendingDepth", float64(t.Pending), emf.Count)
-	Put(m, "DuePendingDepth", float64(t.Due), emf.Count)
-	Put(m, "LeasedDepth", float64(t.Leased), emf.Count)
-	Put(m, "ExpiredLeases", float64(t.ExpiredLeases), emf.Count)
-	Put(m, "OldestPendingAgeSeconds", t.OldestPendingAgeSeconds, emf.Seconds)
-	Put(m, "DeadLetterDepth", float64(t.Dead), emf.Count)
-	Put(m, "BlockedKeys", float64(t.BlockedKeys), emf.Count)
-	Put(m, "OldestBlockedKeyAgeSeconds", t.OldestBlockedKeyAgeSeconds, emf.Seconds)
-	Put(m, "TopicCount", float64(snap.TopicCount), emf.Count)
+	handler.Put(m, "PendingDepth", float64(t.Pending), emf.Count)
+	handler.Put(m, "DuePendingDepth", float64(t.Due), emf.Count)
+	handler.Put(m, "LeasedDepth", float64(t.Leased), emf.Count)
+	handler.Put(m, "ExpiredLeases", float64(t.ExpiredLeases), emf.Count)
+	handler.Put(m, "OldestPendingAgeSeconds", t.OldestPendingAgeSeconds, emf.Seconds)
+	handler.Put(m, "DeadLetterDepth", float64(t.Dead), emf.Count)
+	handler.Put(m, "BlockedKeys", float64(t.BlockedKeys), emf.Count)
+	handler.Put(m, "OldestBlockedKeyAgeSeconds", t.OldestBlockedKeyAgeSeconds, emf.Seconds)
+	handler.Put(m, "TopicCount", float64(snap.TopicCount), emf.Count)
 	rows := snap.Topics
 	if snap.Other != nil {
 		rows = append(slices.Clone(rows), *snap.Other)
 	}
 	for _, s := range rows {
 		dims := []emf.Dimension{{Name: "Namespace", Value: s.Namespace}, {Name: "Topic", Value: s.Topic}}
-		PutWith(m, dims, "PendingDepth", float64(s.Pending), emf.Count)
-		PutWith(m, dims, "DuePendingDepth", float64(s.Due), emf.Count)
-		PutWith(m, dims, "ExpiredLeases", float64(s.ExpiredLeases), emf.Count)
-		PutWith(m, dims, "OldestPendingAgeSeconds", s.OldestPendingAgeSeconds, emf.Seconds)
-		PutWith(m, dims, "DeadLetterDepth", float64(s.Dead), emf.Count)
-		PutWith(m, dims, "BlockedKeys", float64(s.BlockedKeys), emf.Count)
+		handler.PutWith(m, dims, "PendingDepth", float64(s.Pending), emf.Count)
+		handler.PutWith(m, dims, "DuePendingDepth", float64(s.Due), emf.Count)
+		handler.PutWith(m, dims, "ExpiredLeases", float64(s.ExpiredLeases), emf.Count)
+		handler.PutWith(m, dims, "OldestPendingAgeSeconds", s.OldestPendingAgeSeconds, emf.Seconds)
+		handler.PutWith(m, dims, "DeadLetterDepth", float64(s.Dead), emf.Count)
+		handler.PutWith(m, dims, "BlockedKeys", float64(s.BlockedKeys), emf.Count)
 	}
 	h.RT.Flush(m, log)
 	log.Info("queue snapshot", "pending", t.Pending, "due", t.Due, "leased", t.Leased,
@@ -154,4 +162,16 @@ func (h *Metrics) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 		"dead", t.Dead, "blocked_keys", t.BlockedKeys, "oldest_blocked_key_age_seconds", t.OldestBlockedKeyAgeSeconds,
 		"topics", snap.TopicCount)
 	return snap, nil
+}
+
+// New builds the metrics exporter's handler; the function it returns closes
+// the pool.
+func New(ctx context.Context, cfg config.Metrics, deps handler.Deps) (*Handler, func(), error) {
+	const function = "metrics"
+	rt := handler.NewRuntime(function, cfg.Function, deps)
+	c, err := handler.Connect(ctx, function, cfg.Function, deps, rt, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &Handler{Store: c.Store, TopN: cfg.TopN, RT: rt}, c.Close, nil
 }

@@ -1,4 +1,9 @@
-package handler
+// Package replayfn is the dead-letter replay function's handler: it moves
+// dead letters matching an operator's filter back to the queue (a dry run
+// unless the event says otherwise, with a reason, audited). What every
+// function shares (event decoding, the runtime, the cold-start wiring) is
+// in the parent package, handler.
+package replayfn
 
 import (
 	"context"
@@ -8,15 +13,17 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 )
 
-// ReplayEvent selects dead letters to move back to pending. The filters
+// Event selects dead letters to move back to pending. The filters
 // combine with AND. An empty filter is refused unless All is true; DryRun
 // defaults to true; a real replay needs a Reason, which is audited.
-type ReplayEvent struct {
+type Event struct {
 	MessageIDs   []string   `json:"message_ids,omitempty"`
 	Namespace    string     `json:"namespace,omitempty"`
 	Topic        string     `json:"topic,omitempty"`
@@ -30,26 +37,26 @@ type ReplayEvent struct {
 	All          bool       `json:"all,omitempty"`
 }
 
-// ReplaySummary is the replay function's answer.
-type ReplaySummary struct {
+// Summary is the replay function's answer.
+type Summary struct {
 	Matched    int      `json:"matched"`
 	Replayed   int      `json:"replayed"`
 	DryRun     bool     `json:"dry_run"`
 	MessageIDs []string `json:"message_ids"`
 }
 
-// DefaultReplayLimit is the limit of an event that sets none.
-const DefaultReplayLimit = 100
+// DefaultLimit is the limit of an event that sets none.
+const DefaultLimit = 100
 
-// ParseReplayEvent validates a replay event into a store request. maxLimit
+// ParseEvent validates a replay event into a store request. maxLimit
 // caps the event's limit.
-func ParseReplayEvent(raw []byte, maxLimit int) (lease.ReplayRequest, error) {
-	var ev ReplayEvent
-	if err := DecodeEvent("dlq-replay", raw, &ev); err != nil {
+func ParseEvent(raw []byte, maxLimit int) (lease.ReplayRequest, error) {
+	var ev Event
+	if err := handler.DecodeEvent("dlq-replay", raw, &ev); err != nil {
 		return lease.ReplayRequest{}, err
 	}
 	fail := func(format string, args ...any) (lease.ReplayRequest, error) {
-		return lease.ReplayRequest{}, &EventError{Function: "dlq-replay", Problem: fmt.Sprintf(format, args...)}
+		return lease.ReplayRequest{}, &handler.EventError{Function: "dlq-replay", Problem: fmt.Sprintf(format, args...)}
 	}
 	req := lease.ReplayRequest{
 		Namespace: ev.Namespace, Topic: ev.Topic, ErrorCode: ev.ErrorCode,
@@ -79,7 +86,7 @@ func ParseReplayEvent(raw []byte, maxLimit int) (lease.ReplayRequest, error) {
 	}
 	switch {
 	case ev.Limit == 0:
-		req.Limit = min(DefaultReplayLimit, maxLimit)
+		req.Limit = min(DefaultLimit, maxLimit)
 	case ev.Limit < 0 || ev.Limit > maxLimit:
 		return fail("limit must be between 1 and %d, got %d", maxLimit, ev.Limit)
 	}
@@ -97,42 +104,42 @@ func ParseReplayEvent(raw []byte, maxLimit int) (lease.ReplayRequest, error) {
 	return req, nil
 }
 
-// Replay is the dead-letter replay function's handler.
-type Replay struct {
+// Handler is the dead-letter replay function's handler.
+type Handler struct {
 	Store        *lease.Store
 	MaxLimit     int
 	WorkerPrefix string
-	RT           *Runtime
+	RT           *handler.Runtime
 }
 
 // Handle lists (dry run) or moves the matching dead letters.
-func (h *Replay) Handle(ctx context.Context, raw json.RawMessage) (ReplaySummary, error) {
+func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Summary, error) {
 	log, cold := h.RT.Begin(ctx)
-	req, err := ParseReplayEvent(raw, h.MaxLimit)
+	req, err := ParseEvent(raw, h.MaxLimit)
 	if err != nil {
 		log.Error("malformed event", "error", err.Error())
-		return ReplaySummary{}, err
+		return Summary{}, err
 	}
 	if req.Operator == "" {
-		req.Operator = WorkerID(ctx, h.WorkerPrefix)
+		req.Operator = handler.WorkerID(ctx, h.WorkerPrefix)
 	}
 	dry := req
 	dry.DryRun = true
 	matched, err := h.Store.ReplayDead(ctx, dry)
 	if err != nil {
-		return ReplaySummary{}, &InvocationError{Function: "dlq-replay", Err: err}
+		return Summary{}, &handler.InvocationError{Function: "dlq-replay", Err: err}
 	}
-	sum := ReplaySummary{Matched: len(matched), DryRun: req.DryRun, MessageIDs: ids(matched)}
+	sum := Summary{Matched: len(matched), DryRun: req.DryRun, MessageIDs: ids(matched)}
 	if !req.DryRun && len(matched) > 0 {
 		moved, err := h.Store.ReplayDead(ctx, req)
 		if err != nil {
-			return ReplaySummary{}, &InvocationError{Function: "dlq-replay", Err: err}
+			return Summary{}, &handler.InvocationError{Function: "dlq-replay", Err: err}
 		}
 		sum.Replayed, sum.MessageIDs = len(moved), ids(moved)
 	}
 	m := h.RT.Metrics(ctx, cold)
-	Put(m, "ReplayMatched", float64(sum.Matched), emf.Count)
-	Put(m, "Replayed", float64(sum.Replayed), emf.Count)
+	handler.Put(m, "ReplayMatched", float64(sum.Matched), emf.Count)
+	handler.Put(m, "Replayed", float64(sum.Replayed), emf.Count)
 	h.RT.Flush(m, log)
 	log.Info("dlq-replay finished", "matched", sum.Matched, "replayed", sum.Replayed,
 		"dry_run", sum.DryRun, "operator", req.Operator, "reason", req.Reason, "message_ids", sum.MessageIDs)
@@ -145,4 +152,16 @@ func ids(in []uuid.UUID) []string {
 		out[i] = id.String()
 	}
 	return out
+}
+
+// New builds the dead-letter replay handler; the function it returns closes
+// the pool.
+func New(ctx context.Context, cfg config.Replay, deps handler.Deps) (*Handler, func(), error) {
+	const function = "dlq-replay"
+	rt := handler.NewRuntime(function, cfg.Function, deps)
+	c, err := handler.Connect(ctx, function, cfg.Function, deps, rt, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &Handler{Store: c.Store, MaxLimit: cfg.MaxLimit, WorkerPrefix: rt.FunctionName(), RT: rt}, c.Close, nil
 }
