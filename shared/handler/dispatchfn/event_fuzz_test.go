@@ -2,14 +2,13 @@ package dispatchfn_test
 
 import (
 	"encoding/json"
-	"errors"
 	"reflect"
 	"testing"
 
 	"github.com/outboxkit/dispatcher/shared/config"
-	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/testkit/eventfuzz"
 )
 
 // FuzzParseEvent: the dispatch function's event comes from a schedule or
@@ -19,29 +18,25 @@ import (
 // max_batches 0 to 1000, namespaces that are namespaces. An accepted event
 // re-encoded and parsed again means the same.
 func FuzzParseEvent(f *testing.F) {
-	for _, s := range []string{
-		``, `null`, `{}`, `[]`, `"x"`, `{`, `{}{}`, `{} x`,
+	for _, s := range append(eventfuzz.Seeds,
 		`{"batch_size":500,"namespaces":["mini-chat"],"max_batches":10}`,
 		`{"batch_size":0,"max_batches":0,"namespaces":[]}`,
 		`{"batch_size":-1}`, `{"batch_size":10001}`, `{"max_batches":1001}`, `{"batch_size":1.5}`,
 		`{"batch_size":"500"}`, `{"batch_size":9223372036854775808}`, `{"namespaces":"mini-chat"}`,
 		`{"namespaces":[""]}`, `{"namespaces":["a b"]}`, `{"namespaces":["*"]}`, `{"namespaces":[null]}`,
-		`{"namespaces":["` + string(make([]byte, 129)) + `"]}`,
+		`{"namespaces":["`+string(make([]byte, 129))+`"]}`,
 		`{"Batch_Size":5}`, `{"batch_size":5,"extra":true}`,
 		`{"version":"0","id":"53dc4d37","detail-type":"Scheduled Event","source":"aws.events","account":"123456789012","time":"2026-11-21T03:00:00Z","region":"eu-west-1","resources":["arn:aws:events:eu-west-1:123456789012:rule/outbox-dispatch"],"detail":{}}`,
 		`{"detail-type":"Scheduled Event","detail":{"batch_size":50,"namespaces":["billing"]}}`,
 		`{"detail-type":"Scheduled Event","detail":{"batch_size":-5}}`,
 		`{"detail-type":"Scheduled Event","source":"aws.events","unexpected":1}`,
-	} {
+	) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		ev, err := dispatchfn.ParseEvent(raw)
 		if err != nil {
-			var ee *handler.EventError
-			if !errors.As(err, &ee) || ee.Function != "dispatch" || ee.Problem == "" {
-				t.Fatalf("refused with %T %v, want a *handler.EventError of dispatch", err, err)
-			}
+			eventfuzz.MustBeEventError(t, "dispatch", err)
 			return
 		}
 		if ev.BatchSize < 0 || ev.BatchSize > config.MaxBatchSize || ev.MaxBatches < 0 || ev.MaxBatches > 1000 {
