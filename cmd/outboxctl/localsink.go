@@ -16,13 +16,14 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/sink"
+	"github.com/outboxkit/dispatcher/shared/sink/faultsink"
 )
 
 // localSink is the plugin receiver of `outboxctl sink` and of the demo: the
 // reference receiver (shared/sink: signature verification, dedupe by
-// webhook-id) with a handler that refuses poison messages, in front of a
-// recorder that prints and counts every answer. The demo also injects
-// failures through it.
+// webhook-id) with a handler that refuses poison messages, behind the fault
+// injector (shared/sink/faultsink) the demo injects failures through, which
+// reports every answer to a recorder that prints and counts it.
 type localSink struct {
 	receiver http.Handler
 	rules    []rejectRule
@@ -102,7 +103,7 @@ func (r rejectRule) String() string { return r.field + "=" + r.value }
 func newLocalSink(secret []byte, dedupe sink.Deduper, rules []rejectRule, delay time.Duration, out io.Writer, faults sinkFaults, log *slog.Logger) *localSink {
 	s := &localSink{rules: rules, delay: delay, out: out, faults: faults,
 		handled: map[string]int{}, lastSeq: map[string]int64{}}
-	s.receiver = sink.NewReceiver(secret, dedupe, s.handle, sink.WithLogger(log))
+	s.receiver = faultsink.New(secret, dedupe, s.handle, faultsink.Config{Pick: s.pick, Observe: s.observe}, sink.WithLogger(log))
 	return s
 }
 
@@ -115,10 +116,22 @@ func (s *localSink) handle(_ context.Context, env publish.Envelope) error {
 			return sink.Reject(http.StatusUnprocessableEntity, errors.New(r.String()))
 		}
 	}
-	if env.Attempt == 1 && every(env.Key, "throttle", s.faults.ThrottleEvery) {
-		return sink.RetryLater(0, errors.New("busy, try again (injected by the demo)"))
-	}
 	return nil
+}
+
+// pick injects the demo's faults, on first attempts only so that every
+// message is delivered in the end.
+func (s *localSink) pick(c faultsink.Call) faultsink.Fault {
+	env := c.Envelope
+	switch {
+	case env.Attempt != 1:
+		return faultsink.Fault{}
+	case every(env.Key, "throttle", s.faults.ThrottleEvery):
+		return faultsink.Fault{Kind: faultsink.Throttle, Reason: "busy, try again (injected by the demo)"}
+	case every(env.Key, "lost-ack", s.faults.LoseAckEvery):
+		return faultsink.Fault{Kind: faultsink.LoseAnswer, Reason: "injected by the demo"}
+	}
+	return faultsink.Fault{}
 }
 
 // every picks every nth key, the same keys on every run.
@@ -133,17 +146,6 @@ func every(key, salt string, n int) bool {
 }
 
 func (s *localSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	received := time.Now()
-	body, err := io.ReadAll(io.LimitReader(r.Body, sink.DefaultMaxBodyBytes+1))
-	if err != nil {
-		http.Error(w, "could not read the body", http.StatusBadRequest)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	// For display and counting only: the receiver decides with the
-	// verified body.
-	var env publish.Envelope
-	_ = json.Unmarshal(body, &env)
 	if s.delay > 0 {
 		select {
 		case <-time.After(s.delay):
@@ -151,43 +153,37 @@ func (s *localSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-
-	rec := &responseRecorder{header: http.Header{}}
-	s.receiver.ServeHTTP(rec, r)
-	duplicate := rec.header.Get(sink.DuplicateHeader) == "true"
-	var answer struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-	}
-	_ = json.Unmarshal(rec.body.Bytes(), &answer)
-	outcome := answer.Status
-	if outcome == "" {
-		outcome = http.StatusText(rec.status)
-	}
-	lostAck := rec.status == http.StatusOK && !duplicate && env.Attempt == 1 && every(env.Key, "lost-ack", s.faults.LoseAckEvery)
-	s.record(rec.status, duplicate, lostAck, env, received)
-	if lostAck {
-		answer.Error = "answer replaced by 503 (injected by the demo): the delivery is recorded, the dispatcher will send it again"
-		http.Error(w, "answer lost (injected by the demo)", http.StatusServiceUnavailable)
-	} else {
-		rec.writeTo(w)
-	}
-	s.print(received, rec.status, outcome, env, answer.Error)
+	s.receiver.ServeHTTP(w, r)
 }
 
-func (s *localSink) record(status int, duplicate, lostAck bool, env publish.Envelope, received time.Time) {
+// observe records and prints every answer.
+func (s *localSink) observe(o faultsink.Outcome) {
+	s.record(o)
+	outcome := o.Answer
+	if outcome == "" {
+		outcome = http.StatusText(o.Status)
+	}
+	detail := o.Error
+	if o.AnswerLost {
+		detail = "answer replaced by 503 (injected by the demo): the delivery is recorded, the dispatcher will send it again"
+	}
+	s.print(o.Received, o.Status, outcome, o.Envelope, detail)
+}
+
+func (s *localSink) record(o faultsink.Outcome) {
+	env := o.Envelope
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Requests++
 	switch {
-	case status == http.StatusOK && duplicate:
+	case o.Status == http.StatusOK && o.Duplicate:
 		s.stats.Duplicates++
-	case status == http.StatusOK:
+	case o.Status == http.StatusOK:
 		s.stats.Delivered++
 		s.handled[env.Key]++
 		s.stats.MaxHandledPerKey = max(s.stats.MaxHandledPerKey, s.handled[env.Key])
 		if !env.CreatedAt.IsZero() {
-			s.latencies = append(s.latencies, received.Sub(env.CreatedAt))
+			s.latencies = append(s.latencies, o.Received.Sub(env.CreatedAt))
 		}
 		if env.OrderingKey != "" {
 			if last, seen := s.lastSeq[env.OrderingKey]; seen && env.SequenceID <= last {
@@ -195,10 +191,10 @@ func (s *localSink) record(status int, duplicate, lostAck bool, env publish.Enve
 			}
 			s.lastSeq[env.OrderingKey] = env.SequenceID
 		}
-		if lostAck {
+		if o.AnswerLost {
 			s.stats.LostAcks++
 		}
-	case status == http.StatusTooManyRequests || status >= 500:
+	case o.Status == http.StatusTooManyRequests || o.Status >= 500:
 		s.stats.Retry++
 	default:
 		s.stats.Rejected++
@@ -240,38 +236,4 @@ func (s *localSink) handledKeys() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.handled)
-}
-
-// responseRecorder keeps the receiver's answer so that the sink can print
-// it — or, for the demo, replace it.
-type responseRecorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *responseRecorder) Header() http.Header { return r.header }
-
-func (r *responseRecorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *responseRecorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.body.Write(b)
-}
-
-func (r *responseRecorder) writeTo(w http.ResponseWriter) {
-	for k, v := range r.header {
-		w.Header()[k] = v
-	}
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	w.WriteHeader(r.status)
-	_, _ = w.Write(r.body.Bytes())
 }

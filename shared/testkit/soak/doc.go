@@ -16,10 +16,11 @@
 //	  reaper + metrics bootstrap, invoked on a compressed schedule
 //	        │ signed webhooks
 //	        ▼
-//	fault injector ──► recorder ──► shared/sink receiver (signature, dedupe)
-//	(5xx, 429, 4xx,    (every delivery that reaches deduplication,
-//	 timeouts, bursts)  duplicates included: webhook-id, ordering key,
-//	                    sequence id, arrival order)
+//	fault injector ──► shared/sink receiver ──► recorder ──► in-memory deduper
+//	(shared/sink/      (signature, envelope)   (every delivery that reaches
+//	 faultsink: 5xx,                            deduplication, duplicates
+//	 429, 4xx, timeouts,                        included: webhook-id, ordering
+//	 bursts)                                    key, sequence id, arrival order)
 //
 // The dispatchers log in as a user granted only outbox_dispatcher, the
 // producers as one granted only outbox_producer (and their ledger table).

@@ -1,15 +1,11 @@
 package soak
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +14,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/sink"
+	"github.com/outboxkit/dispatcher/shared/sink/faultsink"
 )
 
 // TargetFaults say how the webhook target misbehaves.
@@ -78,15 +75,15 @@ type TargetCounts struct {
 
 // Target is the webhook receiver the dispatchers deliver to: the reference
 // receiver (shared/sink, signature verified, deduplicated on webhook-id)
-// behind a fault injector, with a recorder between the two that keeps every
-// delivery, duplicates included.
+// behind the fault injector the demo uses too (shared/sink/faultsink), with
+// a recorder around the deduper that keeps every delivery, duplicates
+// included.
 type Target struct {
 	URL string
 
 	faults   TargetFaults
 	server   *http.Server
 	listener net.Listener
-	receiver http.Handler
 
 	burstUntil atomic.Int64 // unix nanos; calls before it are throttled
 
@@ -99,16 +96,6 @@ type Target struct {
 	firstDeliveries atomic.Int64
 }
 
-type callKey struct{}
-
-// call carries what the fault injector decided and decoded to the recorder
-// and the handler, through the request's context.
-type call struct {
-	env  publish.Envelope
-	slow bool
-	d    *delivery
-}
-
 // StartTarget starts the receiver on a free loopback port.
 func StartTarget(secret []byte, faults TargetFaults) (*Target, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -116,9 +103,13 @@ func StartTarget(secret []byte, faults TargetFaults) (*Target, error) {
 		return nil, err
 	}
 	t := &Target{URL: "http://" + l.Addr().String() + "/hooks/outbox", faults: faults, listener: l}
-	t.receiver = sink.NewReceiver(secret, &recordingDeduper{inner: sink.NewMemoryDeduper(), t: t}, t.handle,
+	// The plugin author's handler accepts everything; the late ones are
+	// made late by the fault injector, which holds them before it runs.
+	accept := func(context.Context, publish.Envelope) error { return nil }
+	receiver := faultsink.New(secret, &recordingDeduper{inner: sink.NewMemoryDeduper(), t: t}, accept,
+		faultsink.Config{Pick: t.pick, StallFor: 2 * faults.RouteTimeout, Observe: t.observe},
 		sink.WithLogger(discardLogger()))
-	t.server = &http.Server{Handler: http.HandlerFunc(t.serve), ReadHeaderTimeout: 10 * time.Second}
+	t.server = &http.Server{Handler: receiver, ReadHeaderTimeout: 10 * time.Second}
 	go t.server.Serve(l)
 	return t, nil
 }
@@ -137,75 +128,49 @@ func (t *Target) Burst(d time.Duration) {
 	t.burstUntil.Store(time.Now().Add(d).UnixNano())
 }
 
-func (t *Target) serve(w http.ResponseWriter, r *http.Request) {
+// pick draws each call's fault at the configured rates, and counts it.
+func (t *Target) pick(faultsink.Call) faultsink.Fault {
 	t.calls.Add(1)
+	retryAfter := max(t.faults.RetryAfter, time.Second)
 	if time.Now().UnixNano() < t.burstUntil.Load() {
 		t.burstThrottled.Add(1)
-		w.Header().Set("Retry-After", strconv.Itoa(int(max(t.faults.RetryAfter, time.Second)/time.Second)))
-		http.Error(w, `{"status":"retry","error":"throttled (burst)"}`, http.StatusTooManyRequests)
-		return
+		return faultsink.Fault{Kind: faultsink.Throttle, RetryAfter: retryAfter, Reason: "throttled (burst)"}
 	}
-	u := rand.Float64()
-	slow := false
-	switch {
+	switch u := rand.Float64(); {
 	case u < t.faults.TimeoutRate/2:
-		// Stalled: never processed, never answered in time.
 		t.toStalled.Add(1)
-		select {
-		case <-time.After(2 * t.faults.RouteTimeout):
-		case <-r.Context().Done():
-		}
-		http.Error(w, "stalled", http.StatusServiceUnavailable)
-		return
+		return faultsink.Fault{Kind: faultsink.Stall}
 	case u < t.faults.TimeoutRate:
-		// Processed, but answered after the sender gave up.
 		t.toHandled.Add(1)
-		slow = true
+		return faultsink.Fault{Kind: faultsink.HandleLate}
 	case u < t.faults.TimeoutRate+t.faults.FailRate:
-		t.injectFailure(w)
-		return
+		switch v := rand.Float64(); {
+		case v < 0.5:
+			t.inj5xx.Add(1)
+			status := []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable}[rand.IntN(3)]
+			return faultsink.Fault{Kind: faultsink.Fail, Status: status, Reason: "injected failure"}
+		case v < 0.8:
+			t.inj429.Add(1)
+			return faultsink.Fault{Kind: faultsink.Throttle, RetryAfter: retryAfter, Reason: "injected throttle"}
+		default:
+			t.inj4xx.Add(1)
+			status := []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity}[rand.IntN(4)]
+			return faultsink.Fault{Kind: faultsink.Fail, Status: status, Reason: "injected refusal"}
+		}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, sink.DefaultMaxBodyBytes+1))
-	if err != nil {
-		http.Error(w, "read", http.StatusBadRequest)
-		return
-	}
-	c := &call{slow: slow}
-	_ = json.Unmarshal(body, &c.env) // the receiver rejects what does not decode
-	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	rw := &statusWriter{ResponseWriter: w}
-	t.receiver.ServeHTTP(rw, r)
-	if rw.status >= 400 && c.d == nil {
-		t.rejected.Add(1) // the receiver refused it before deduplication (signature, envelope)
-	}
+	return faultsink.Fault{}
 }
 
-func (t *Target) injectFailure(w http.ResponseWriter) {
-	switch v := rand.Float64(); {
-	case v < 0.5:
-		t.inj5xx.Add(1)
-		status := []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable}[rand.IntN(3)]
-		http.Error(w, `{"status":"retry","error":"injected failure"}`, status)
-	case v < 0.8:
-		t.inj429.Add(1)
-		w.Header().Set("Retry-After", strconv.Itoa(int(max(t.faults.RetryAfter, time.Second)/time.Second)))
-		http.Error(w, `{"status":"retry","error":"injected throttle"}`, http.StatusTooManyRequests)
-	default:
-		t.inj4xx.Add(1)
-		status := []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity}[rand.IntN(4)]
-		http.Error(w, `{"status":"rejected","error":"injected refusal"}`, status)
+// observe counts the calls the receiver refused before deduplication
+// (signature, envelope): the handler refuses nothing, so every 4xx the
+// receiver itself answered is one.
+func (t *Target) observe(o faultsink.Outcome) {
+	switch o.Fault.Kind {
+	case faultsink.Pass, faultsink.HandleLate:
+		if o.Status >= 400 && o.Status < 500 {
+			t.rejected.Add(1)
+		}
 	}
-}
-
-// handle is the plugin author's handler: it accepts everything; a call
-// picked to time out after processing sleeps past the route's timeout
-// first, then commits.
-func (t *Target) handle(ctx context.Context, _ publish.Envelope) error {
-	if c, _ := ctx.Value(callKey{}).(*call); c != nil && c.slow {
-		time.Sleep(2 * t.faults.RouteTimeout)
-	}
-	return nil
 }
 
 // recordingDeduper records every call that reaches deduplication, before
@@ -216,31 +181,26 @@ type recordingDeduper struct {
 }
 
 func (d *recordingDeduper) Begin(ctx context.Context, webhookID string) (context.Context, sink.Delivery, error) {
-	c, _ := ctx.Value(callKey{}).(*call)
-	var rec *delivery
-	if c != nil {
-		id, _ := uuid.Parse(c.env.ID)
-		rec = &delivery{
-			id: id, webhookID: webhookID, orderKey: c.env.OrderingKey, seq: c.env.SequenceID,
-			attempt: int32(c.env.Attempt), created: c.env.CreatedAt,
-		}
-		c.d = rec
-		d.t.mu.Lock()
-		rec.received = time.Now()
-		d.t.deliveries = append(d.t.deliveries, rec)
-		d.t.mu.Unlock()
+	c, _ := faultsink.CallFrom(ctx)
+	env := c.Envelope
+	id, _ := uuid.Parse(env.ID)
+	rec := &delivery{
+		id: id, webhookID: webhookID, orderKey: env.OrderingKey, seq: env.SequenceID,
+		attempt: int32(env.Attempt), created: env.CreatedAt,
 	}
+	d.t.mu.Lock()
+	rec.received = time.Now()
+	d.t.deliveries = append(d.t.deliveries, rec)
+	d.t.mu.Unlock()
 	hctx, del, err := d.inner.Begin(ctx, webhookID)
-	if rec != nil {
-		switch {
-		case errors.Is(err, sink.ErrDuplicate):
-			rec.outcome.Store(outcomeDuplicate)
-		case err != nil:
-			rec.outcome.Store(outcomeAborted)
-		default:
-			rec.outcome.Store(outcomeNew)
-			d.t.firstDeliveries.Add(1)
-		}
+	switch {
+	case errors.Is(err, sink.ErrDuplicate):
+		rec.outcome.Store(outcomeDuplicate)
+	case err != nil:
+		rec.outcome.Store(outcomeAborted)
+	default:
+		rec.outcome.Store(outcomeNew)
+		d.t.firstDeliveries.Add(1)
 	}
 	return hctx, del, err
 }
@@ -276,14 +236,4 @@ func (t *Target) Counts() TargetCounts {
 		}
 	}
 	return c
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
 }
