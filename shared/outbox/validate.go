@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/outboxkit/dispatcher/shared/outbox/headers"
 )
 
 // ErrInvalidMessage is wrapped by every *ValidationError.
@@ -102,25 +103,10 @@ var NamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
 
 var headerNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
-// reservedHeaderPrefixes belong to the dispatcher and its targets: the
-// outbox's own attributes, the Standard Webhooks headers, and the prefixes
-// SNS reserves for itself.
-var reservedHeaderPrefixes = []string{"outbox", "webhook-", "aws.", "amazon.", "x-amz"}
-
-// ReservedHeader reports whether a header name is reserved by the dispatcher.
-func ReservedHeader(name string) bool {
-	lower := strings.ToLower(name)
-	for _, p := range reservedHeaderPrefixes {
-		if strings.HasPrefix(lower, p) {
-			return true
-		}
-	}
-	switch lower {
-	case "content-type", "content-length", "host", "idempotency-key", "user-agent", "connection", "transfer-encoding":
-		return true
-	}
-	return false
-}
+// ReservedHeader reports whether a header name is reserved by the dispatcher
+// (the rule lives in package headers, which the dispatcher's route table
+// shares without linking pgx).
+func ReservedHeader(name string) bool { return headers.Reserved(name) }
 
 func (l Limits) validate(m Message, index int) error {
 	fail := func(field, format string, args ...any) error {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/backoff"
-	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/outbox/headers"
 )
 
 // Defaults and the limits the schema cannot express.
@@ -248,10 +248,10 @@ func checkHeaders(p string, headers map[string]string, ps *problems) {
 }
 
 // reservedHeader reports the headers the dispatcher or net/http sets itself:
-// the producer-message reserved set (outbox.ReservedHeader) plus the
-// hop-by-hop headers.
+// the producer-message reserved set (outbox.ReservedHeader, declared in
+// package headers) plus the hop-by-hop headers.
 func reservedHeader(lower string) bool {
-	if outbox.ReservedHeader(lower) {
+	if headers.Reserved(lower) {
 		return true
 	}
 	switch lower {
