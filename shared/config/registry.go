@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/dbpool"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // Variable documents one environment variable and bounds its value.
@@ -135,7 +135,7 @@ var Variables = []Variable{
 	count("OUTBOX_TARGET_CONCURRENCY", DefaultTargetConcurrency, 1, MaxTargetConcurrency, "dispatch", "Targets published to at once within a batch (each target also bounds its own calls)."),
 	count("OUTBOX_ORDERED_RUN", DefaultOrderedRun, 1, MaxBatchSize, "dispatch", "Messages of one ordering key a claim hands out: the key's head and those queued behind it, delivered in order ({min}-{max})."),
 	count("OUTBOX_BATCH_MAX_BYTES", DefaultBatchBytes, MinBatchBytes, MaxBatchBytes, "dispatch", "Payload bytes one claim may load (at least {min}): the memory budget per batch; two batches are in memory at once."),
-	count("OUTBOX_ATTEMPT_CEILING", lease.DefaultAttemptCeiling, 1, MaxAttemptCeiling, "dispatch, reaper", "Hard ceiling on attempts the database applies whatever a route says ({min}-{max}); a route's retry.max_attempts may not exceed it."),
+	count("OUTBOX_ATTEMPT_CEILING", outboxtype.DefaultAttemptCeiling, 1, MaxAttemptCeiling, "dispatch, reaper", "Hard ceiling on attempts the database applies whatever a route says ({min}-{max}); a route's retry.max_attempts may not exceed it."),
 
 	// Reaper.
 	count("OUTBOX_REAPER_BATCH_SIZE", DefaultReaperBatchSize, 1, MaxReaperBatchSize, "reaper", "Expired leases repaired per round ({min}-{max})."),

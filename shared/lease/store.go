@@ -21,19 +21,12 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// DefaultAttemptCeiling is the hard ceiling on attempts the database applies
-// whatever a route's retry policy says: a RETRYABLE outcome at or past it
-// dead-letters the message, and so does an expired lease (a message that
-// crashes every dispatcher that takes it). It is the one declaration of the
-// default: OUTBOX_ATTEMPT_CEILING's default and route.Options' zero refer to
-// it, and a test holds the SQL functions' DEFAULT to it.
-const DefaultAttemptCeiling = 100
-
 // Store is the dispatcher side of the outbox: every method is one call to
 // one outbox function, so one database round trip.
 type Store struct {
 	db Querier
-	// AttemptCeiling overrides DefaultAttemptCeiling when positive.
+	// AttemptCeiling overrides outboxtype.DefaultAttemptCeiling when
+	// positive.
 	AttemptCeiling int
 }
 
@@ -44,7 +37,7 @@ func (s *Store) ceiling() int {
 	if s.AttemptCeiling > 0 {
 		return s.AttemptCeiling
 	}
-	return DefaultAttemptCeiling
+	return outboxtype.DefaultAttemptCeiling
 }
 
 // ClaimParams say what to claim and for how long.

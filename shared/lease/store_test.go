@@ -393,7 +393,7 @@ func TestSQLDefaultAttemptCeilingIsTheStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	var functions []string
-	want := fmt.Sprintf("p_max_attempts integer DEFAULT %d", lease.DefaultAttemptCeiling)
+	want := fmt.Sprintf("p_max_attempts integer DEFAULT %d", outboxtype.DefaultAttemptCeiling)
 	for rows.Next() {
 		var name, args string
 		if err := rows.Scan(&name, &args); err != nil {

@@ -11,6 +11,9 @@
 //   - [Outcome] and [OnDead]: what the engine records for a message, and
 //     what the death of an ordered message does to its key.
 //   - [Status]: what the database did with an outcome.
+//   - [DefaultAttemptCeiling]: the database's default ceiling on attempts,
+//     which the store applies and the route table checks retry policies
+//     against.
 //
 // It is a leaf, as River's rivertype is: it imports the standard library
 // and uuid, nothing of the module, so a publisher links no database driver

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // FuzzParse checks that Parse never panics, that it returns a table or a
@@ -87,7 +87,7 @@ func checkTable(t *testing.T, table *Table) {
 			t.Fatalf("two routes match %s", r.Match)
 		case r.Retry.Validate() != nil:
 			t.Fatalf("route %d: %v", i, r.Retry.Validate())
-		case r.Retry.MaxAttempts > lease.DefaultAttemptCeiling:
+		case r.Retry.MaxAttempts > outboxtype.DefaultAttemptCeiling:
 			t.Fatalf("route %d: max attempts %d", i, r.Retry.MaxAttempts)
 		case r.Timeout <= 0 || r.Timeout > MaxTimeout || r.Target.Timeout != r.Timeout:
 			t.Fatalf("route %d: timeout %s", i, r.Timeout)

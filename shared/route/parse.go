@@ -13,7 +13,7 @@ import (
 	goyaml "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // MaxConfigBytes caps the size of a configuration. A routing table is a few
@@ -29,7 +29,7 @@ const maxDepth = 100
 type Options struct {
 	// AttemptCeiling is the database's attempt ceiling, the largest
 	// retry.max_attempts a route may set; the store must be given the same
-	// value. Zero means lease.DefaultAttemptCeiling.
+	// value. Zero means outboxtype.DefaultAttemptCeiling.
 	AttemptCeiling int
 }
 
@@ -37,7 +37,7 @@ func (o Options) attemptCeiling() int {
 	if o.AttemptCeiling > 0 {
 		return o.AttemptCeiling
 	}
-	return lease.DefaultAttemptCeiling
+	return outboxtype.DefaultAttemptCeiling
 }
 
 // Parse reads, validates and indexes a configuration, JSON or YAML. YAML is

@@ -13,7 +13,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/dbpool"
-	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/route"
 )
 
@@ -50,7 +50,7 @@ func TestLoadDefaults(t *testing.T) {
 		e.Lease != 0 || e.FunctionTimeout != 0 || e.Namespaces != nil || e.Names != engineNames {
 		t.Errorf("engine %+v, want the defaults", e)
 	}
-	if d.AttemptCeiling != lease.DefaultAttemptCeiling || len(d.Routes.Routes) != 1 {
+	if d.AttemptCeiling != outboxtype.DefaultAttemptCeiling || len(d.Routes.Routes) != 1 {
 		t.Errorf("ceiling %d, %d routes", d.AttemptCeiling, len(d.Routes.Routes))
 	}
 	if d.SigningSecrets["HOOK_SECRET"] != "whsec_x" || len(d.SigningSecrets) != 1 {
