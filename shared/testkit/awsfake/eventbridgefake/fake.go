@@ -97,13 +97,13 @@ type Server struct {
 	srv *httptest.Server
 	// SetLatency, Stall and Resume.
 	faults.Controls
+	// MaxInFlight.
+	faults.InFlight
 
 	mu              sync.Mutex
 	received        []Entry
 	calls           [][]Entry // every decoded request's, whatever its fate
 	requests        int
-	inFlight        int
-	maxInFlight     int
 	maxRequestBytes int
 	messageFaults   map[uuid.UUID]entryFault
 	entryFaults     []entryFault
@@ -195,13 +195,6 @@ func (s *Server) Requests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.requests
-}
-
-// MaxInFlight is the most PutEvents calls the server has held at once.
-func (s *Server) MaxInFlight() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.maxInFlight
 }
 
 // FailMessage makes every later entry whose payload's "msg_id" is id fail
@@ -307,16 +300,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	defer faults.Enter(&s.InFlight)()
 	s.mu.Lock()
 	s.requests++
-	s.inFlight++
-	s.maxInFlight = max(s.maxInFlight, s.inFlight)
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.inFlight--
-		s.mu.Unlock()
-	}()
 	if !signed(r) {
 		// EventBridge checks the signature before it reads the request.
 		writeError(w, http.StatusForbidden, "MissingAuthenticationTokenException", "Missing Authentication Token")
@@ -546,5 +533,5 @@ func deref(s *string) string {
 func (s *Server) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fmt.Sprintf("eventbridgefake{requests: %d, accepted: %d, max in flight: %d}", s.requests, len(s.received), s.maxInFlight)
+	return fmt.Sprintf("eventbridgefake{requests: %d, accepted: %d, max in flight: %d}", s.requests, len(s.received), s.MaxInFlight())
 }

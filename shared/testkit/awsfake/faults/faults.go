@@ -3,6 +3,11 @@
 // [Controls], so that SetLatency, Stall and Resume mean the same thing on
 // each of them, and each handler holds its answer with [Wait].
 //
+// The fakes that publishers fan out to (snsfake, eventbridgefake) also
+// embed [InFlight], so that MaxInFlight — what a test of a publisher's
+// concurrency bound reads — is counted the same way on each; each handler
+// brackets a call with [Enter].
+//
 // The fakes' other faults (failed entries, failed calls, dropped
 // connections) stay with each fake: they are shaped by the service's own
 // answers, which differ.
@@ -101,5 +106,37 @@ func Wait(ctx context.Context, c *Controls, arrived time.Time) bool {
 		return false
 	case <-released:
 		return false
+	}
+}
+
+// InFlight counts the calls a fake is serving at once, and the most it has
+// served at once. The zero value has served none; its methods are safe for
+// concurrent use.
+type InFlight struct {
+	mu       sync.Mutex
+	now, max int
+}
+
+// MaxInFlight is the most calls the fake has served at once: with a
+// latency set, what a client's concurrency bound let through.
+func (f *InFlight) MaxInFlight() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.max
+}
+
+// Enter counts a call in, until the returned leave counts it out: a fake's
+// handler calls it on arrival and defers leave. It is a function rather
+// than a method so that a fake embedding InFlight does not offer it to
+// tests.
+func Enter(f *InFlight) (leave func()) {
+	f.mu.Lock()
+	f.now++
+	f.max = max(f.max, f.now)
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		f.now--
+		f.mu.Unlock()
 	}
 }

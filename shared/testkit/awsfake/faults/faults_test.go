@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,5 +54,46 @@ func TestLatencyStallResumeRelease(t *testing.T) {
 	resumed.Resume()
 	if !faults.Wait(ctx, &resumed, time.Now()) {
 		t.Error("a call after Resume was not answered")
+	}
+}
+
+// MaxInFlight is the most calls served at once, not the calls served: a
+// call counts from Enter until its leave, and calls that overlap count
+// together, whichever goroutines serve them.
+func TestInFlightCountsTheMostCallsAtOnce(t *testing.T) {
+	t.Parallel()
+	var f faults.InFlight
+	if got := f.MaxInFlight(); got != 0 {
+		t.Fatalf("a fake that served nothing says %d in flight at most", got)
+	}
+	for range 5 { // one after another: never two at once
+		faults.Enter(&f)()
+	}
+	if got := f.MaxInFlight(); got != 1 {
+		t.Errorf("five calls one after another: MaxInFlight %d, want 1", got)
+	}
+
+	const overlapping = 8
+	var entered, release sync.WaitGroup
+	entered.Add(overlapping)
+	release.Add(1)
+	var done sync.WaitGroup
+	for range overlapping {
+		done.Go(func() {
+			leave := faults.Enter(&f)
+			entered.Done()
+			release.Wait()
+			leave()
+		})
+	}
+	entered.Wait()
+	release.Done()
+	done.Wait()
+	if got := f.MaxInFlight(); got != overlapping {
+		t.Errorf("%d calls held at once: MaxInFlight %d", overlapping, got)
+	}
+	faults.Enter(&f)() // all left: the next call alone does not raise it
+	if got := f.MaxInFlight(); got != overlapping {
+		t.Errorf("after all left, one more call: MaxInFlight %d, want still %d", got, overlapping)
 	}
 }

@@ -161,13 +161,13 @@ type Server struct {
 	connections atomic.Int64
 	// SetLatency, Stall and Resume.
 	faults.Controls
+	// MaxInFlight.
+	faults.InFlight
 
 	mu             sync.Mutex
 	calls          []Call
 	received       []Entry
 	requests       int
-	inFlight       int
-	maxInFlight    int
 	drop           int
 	callFailures   []callFailure
 	poisons        []poison
@@ -283,13 +283,6 @@ func (s *Server) Requests() int {
 // than the calls it has in flight at once.
 func (s *Server) Connections() int { return int(s.connections.Load()) }
 
-// MaxInFlight is the largest number of requests the fake was serving at once.
-func (s *Server) MaxInFlight() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.maxInFlight
-}
-
 // FailMessage makes every matching entry fail in the Failed list of its
 // call's answer, with code and senderFault, from now on. SNS sets
 // SenderFault false for its own failures (InternalError) and true for the
@@ -338,17 +331,11 @@ func (s *Server) DropCalls(n int) {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
+	defer faults.Enter(&s.InFlight)()
 	s.mu.Lock()
 	s.requests++
-	s.inFlight++
-	s.maxInFlight = max(s.maxInFlight, s.inFlight)
 	s.mu.Unlock()
 	requestID := s.newID()
-	defer func() {
-		s.mu.Lock()
-		s.inFlight--
-		s.mu.Unlock()
-	}()
 
 	if !signed(r) {
 		// SNS checks the signature before it reads the request.
