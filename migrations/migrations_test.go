@@ -10,6 +10,9 @@ import (
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
+// outboxTables is how many tables the migrations create in schema outbox.
+const outboxTables = 12
+
 func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmpty(t)
@@ -47,7 +50,7 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 		conn.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'outbox'`).Scan(&functions)
 		return
 	}
-	if tables, functions := objects(); tables != 11 || functions < 9 {
+	if tables, functions := objects(); tables != outboxTables || functions < 9 {
 		t.Fatalf("after up: %d tables, %d functions in schema outbox", tables, functions)
 	}
 	var reloptions []string
@@ -76,7 +79,7 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatalf("up after down: %v", err)
 	}
-	if tables, _ := objects(); tables != 11 {
+	if tables, _ := objects(); tables != outboxTables {
 		t.Fatalf("after up, down, up: %d tables", tables)
 	}
 }

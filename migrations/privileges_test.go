@@ -50,16 +50,17 @@ var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_oper
 // other function of schema outbox is denied to it.
 var grantedFunctions = map[string][]string{
 	"outbox_producer":   {"enqueue", "enqueue_batch"},
-	"outbox_dispatcher": {"claim_batch", "claimable_estimate", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys"},
-	"outbox_operator":   {"replay_dead", "discard", "purge_audit", "grant_namespace", "revoke_namespace", "stats", "blocked_keys"},
-	"outbox_reader":     {"stats", "blocked_keys"},
+	"outbox_dispatcher": {"claim_batch", "claimable_estimate", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys", "pauses"},
+	"outbox_operator": {"replay_dead", "discard", "purge_audit", "grant_namespace", "revoke_namespace", "stats", "blocked_keys",
+		"pending_messages", "pauses", "retry_now", "purge_dead", "pause", "resume"},
+	"outbox_reader": {"stats", "blocked_keys", "pending_messages", "pauses"},
 }
 
 // readableTables are the tables each role may SELECT; no role may do
 // anything else to any table.
 var readableTables = map[string][]string{
-	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces", "operator_log"},
-	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces", "operator_log"},
+	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces", "operator_log", "paused"},
+	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces", "operator_log", "paused"},
 }
 
 type function struct {
@@ -395,6 +396,13 @@ func TestEveryMisuseOfAGrantedFunctionIsRefused(t *testing.T) {
 		// Operators' actions are an operator's to purge, and not under a day.
 		{dispatcher, "erase the audit trail", `SELECT outbox.purge_audit('1 day', 100)`, insufficientPrivilege, "permission denied for function purge_audit"},
 		{operator, "shorten the audit trail below a day", `SELECT outbox.purge_audit('23 hours', 100)`, "22023", "at least 1 day"},
+		// Dead letters younger than a day may not have been looked at yet;
+		// no pause, purge or retry without a reason.
+		{operator, "purge dead letters below a day", `SELECT * FROM outbox.purge_dead('23 hours', 100, 'ana', 'cleanup')`, "22023", "at least 1 day"},
+		{operator, "purge dead letters without a reason", `SELECT * FROM outbox.purge_dead('30 days', 100, 'ana', ' ')`, "22023", "a reason is required"},
+		{operator, "pause without a reason", `SELECT outbox.pause('payments', NULL, 'ana', NULL)`, "22023", "a reason is required"},
+		{operator, "pause every namespace", `SELECT outbox.pause('*', NULL, 'ana', 'incident')`, "22023", "is not a namespace"},
+		{operator, "retry without a reason", `SELECT * FROM outbox.retry_now(ARRAY[gen_random_uuid()], '')`, "22023", "a reason is required"},
 	} {
 		_, err := c.conn.Exec(ctx, c.sql)
 		if sqlstate(err) != c.code || !strings.Contains(fmt.Sprint(err), c.text) {
@@ -407,7 +415,8 @@ func TestEveryMisuseOfAGrantedFunctionIsRefused(t *testing.T) {
 	var written int
 	if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox.pending) + (SELECT count(*) FROM outbox.dedupe)
 		+ (SELECT count(*) FROM outbox.sequences) + (SELECT count(*) FROM outbox.keys)
-		+ (SELECT count(*) FROM outbox.operator_log WHERE action = 'purge_audit')`).Scan(&written); err != nil || written != 0 {
+		+ (SELECT count(*) FROM outbox.operator_log WHERE action IN ('purge_audit', 'purge_dead', 'pause'))
+		+ (SELECT count(*) FROM outbox.paused)`).Scan(&written); err != nil || written != 0 {
 		t.Fatalf("the refused calls left %d rows (%v)", written, err)
 	}
 }

@@ -20,6 +20,11 @@ var (
 	// ErrInvalidArgument (22023): an argument out of range, such as a batch
 	// size of 0.
 	ErrInvalidArgument = errors.New("lease: invalid argument")
+	// ErrRefused (P7005): an operator action refused for the state of what
+	// it names — a message leased, delivered or dead, a namespace not
+	// paused or paused already. The error names each and why; nothing
+	// was written.
+	ErrRefused = errors.New("lease: operator action refused")
 	// ErrAppendOnly (P0001): an UPDATE or DELETE on outbox.attempts.
 	ErrAppendOnly = errors.New("lease: the attempts archive is append-only")
 	// ErrDoubleDispatch (23505 on attempts_one_dispatched_per_message): a
@@ -32,6 +37,7 @@ var (
 const (
 	sqlstateLeaseLost         = "P7002"
 	sqlstateInvalidCompletion = "P7003"
+	sqlstateRefused           = "P7005"
 	sqlstateAppendOnly        = "P0001"
 	sqlstateInvalidParameter  = "22023"
 	sqlstateUniqueViolation   = "23505"
@@ -82,6 +88,8 @@ func translate(op string, err error) error {
 		kind = ErrInvalidCompletion
 	case sqlstateInvalidParameter:
 		kind = ErrInvalidArgument
+	case sqlstateRefused:
+		kind = ErrRefused
 	case sqlstateAppendOnly:
 		kind = ErrAppendOnly
 	case sqlstateUniqueViolation:

@@ -422,20 +422,34 @@ type TopicStats struct {
 	// OldestBlockedKeyAgeSeconds is how long the longest-blocked of them
 	// has been blocked.
 	OldestBlockedKeyAgeSeconds float64 `json:"oldest_blocked_key_age_seconds"`
+	// Retrying counts unleased messages that failed and wait for their
+	// next attempt (not paused ones).
+	Retrying int64 `json:"retrying"`
+	// Paused counts unleased messages of a paused namespace or topic:
+	// claims skip them, and they count in neither Due nor the oldest age.
+	Paused int64 `json:"paused"`
+	// TopErrorCode is the most frequent last error code of the topic's
+	// pending messages and dead letters, TopErrorCount how many have it.
+	TopErrorCode  string `json:"top_error_code,omitempty"`
+	TopErrorCount int64  `json:"top_error_count,omitempty"`
 }
 
 // Stats reads outbox.stats(): one row per (namespace, topic) with pending or
 // dead messages.
 func (s *Store) Stats(ctx context.Context) ([]TopicStats, error) {
 	rows, err := s.db.Query(ctx, `SELECT namespace, topic, pending, due, leased, expired_leases, oldest_pending_age_seconds, dead,
-       blocked_keys, oldest_blocked_key_age_seconds FROM outbox.stats()`)
+       blocked_keys, oldest_blocked_key_age_seconds, retrying, paused, top_error_code, top_error_count FROM outbox.stats()`)
 	if err != nil {
 		return nil, translate("stats", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TopicStats, error) {
-		var t TopicStats
+		var (
+			t    TopicStats
+			code *string
+		)
 		err := row.Scan(&t.Namespace, &t.Topic, &t.Pending, &t.Due, &t.Leased, &t.ExpiredLeases, &t.OldestPendingAgeSeconds, &t.Dead,
-			&t.BlockedKeys, &t.OldestBlockedKeyAgeSeconds)
+			&t.BlockedKeys, &t.OldestBlockedKeyAgeSeconds, &t.Retrying, &t.Paused, &code, &t.TopErrorCount)
+		t.TopErrorCode = deref(code)
 		return t, err
 	})
 	if err != nil {

@@ -19,16 +19,16 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 )
 
-// ClaimSQL is what outbox.claim_batch (migrations/00005_ordered_runs.sql)
+// ClaimSQL is what outbox.claim_batch (migrations/00007_operator_console.sql)
 // runs for unordered traffic, as one statement: the heads scan — unleased
 // rows that are not queued behind an earlier message of their ordering key
-// (`lease_token IS NULL AND NOT behind`, the predicate of the partial index
-// pending_claimable), due, in (next_attempt_at, id) order, locked with SKIP
+// nor paused (`lease_token IS NULL AND NOT behind AND NOT paused`, the
+// predicate of the partial index pending_claimable), due, in (next_attempt_at, id) order, locked with SKIP
 // LOCKED — picks the ids, and the lease is written by primary key (= ANY of
 // the picked ids), under one fresh lease token for the whole claim, with
 // every column a dispatcher needs returned. What the function adds and this
 // leaves out is its contract, not the state transition: the argument
-// checks, the probe of outbox.unsettled_keys, the runs behind ordered heads
+// checks, the probes of outbox.unsettled_keys and outbox.paused, the runs behind ordered heads
 // (none here: the workload is unordered, so the function's followers are
 // empty), the window that bounds the claim's payload bytes, and the payload
 // left out above the largest a route may send.
@@ -37,6 +37,7 @@ const ClaimSQL = `WITH heads AS (
     FROM outbox.pending p
     WHERE p.lease_token IS NULL
       AND NOT p.behind
+      AND NOT p.paused
       AND p.next_attempt_at <= now()
     ORDER BY p.next_attempt_at, p.id
     LIMIT $2
