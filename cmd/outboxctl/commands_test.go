@@ -235,7 +235,7 @@ func TestDeadListAndShow(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"dead"}, 2, "dead needs a subcommand: list or show"},
+		{[]string{"dead"}, 2, "dead needs a subcommand: list, show or purge"},
 		{[]string{"dead", "bury"}, 2, `unknown dead subcommand "bury"`},
 		{[]string{"dead", "show"}, 2, "needs a message id"},
 		{[]string{"dead", "show", "not-a-uuid"}, 2, `"not-a-uuid" is not a message id`},

@@ -24,25 +24,27 @@ const listMaxLimit = config.MaxReplayLimit
 
 func newDeadCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "dead list|show",
-		Short: "List dead letters, or show one with its payload and attempt history",
+		Use:   "dead list|show|purge",
+		Short: "List dead letters, show one with its payload and attempt history, or purge old ones",
 		Long: `Dead letters are messages that will not be delivered as they are: a target
 refused them (TARGET_REJECTED, INVALID_PAYLOAD, …), no route matched
 (NO_ROUTE), or their retries ran out. They wait in outbox.dead until an
-operator replays them (outboxctl replay) once the cause is fixed.`,
+operator replays them (outboxctl replay) once the cause is fixed, discards
+them (outboxctl discard), or purges those older than a window (dead purge).`,
 		Example: `  outboxctl dead list
   outboxctl dead list --namespace billing --error-code TARGET_REJECTED --failed-after 24h
   outboxctl dead show 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d
-  outboxctl dead list --json | jq -r '.dead_letters[].id'`,
+  outboxctl dead list --json | jq -r '.dead_letters[].id'
+  outboxctl dead purge --older-than 30d --yes --reason "30-day retention"`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown dead subcommand %q: use list or show", args[0])
+				return usagef("unknown dead subcommand %q: use list, show or purge", args[0])
 			}
-			return usagef("dead needs a subcommand: list or show")
+			return usagef("dead needs a subcommand: list, show or purge")
 		},
 	}
-	cmd.AddCommand(newDeadListCommand(g), newDeadShowCommand(g))
+	cmd.AddCommand(newDeadListCommand(g), newDeadShowCommand(g), newDeadPurgeCommand(g))
 	return cmd
 }
 
@@ -249,9 +251,13 @@ func printAttempts(w io.Writer, attempts []lease.Attempt) {
 		}
 		by := a.WorkerID
 		detail := a.ErrorMessage
-		if a.State == "REPLAYED" {
+		// An operator's action (REPLAYED, DISCARDED, RESCHEDULED): who and why.
+		if a.Operator != "" || a.State == "REPLAYED" {
 			by = a.Operator
 			detail = "reason: " + orDash(a.Reason)
+			if a.Note != "" {
+				detail += " (" + a.Note + ")"
+			}
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.AttemptNo, a.State,
 			a.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), orDash(by), orDash(a.Target), orDash(a.TargetRef),

@@ -22,15 +22,21 @@ func newStatusCommand(g *globalOptions) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "status [--watch [INTERVAL]]",
-		Short: "Show the queue per namespace/topic: pending, due, leased, expired leases, oldest age, dead",
+		Short: "Show the queue per namespace/topic: due, retrying, blocked, leased, paused, oldest age, top error, dead",
 		Long: `Show the queue per namespace/topic, from outbox.stats():
 
-  PENDING  undelivered messages, leased or not
-  DUE      unleased and due now: waiting for a dispatcher
-  LEASED   held by a dispatcher right now
-  EXPIRED  leases past their expiry: a dispatcher died or overran; the reaper requeues them
-  OLDEST   how long the oldest available message has waited
-  DEAD     dead letters (outboxctl dead list)
+  PENDING   undelivered messages, leased or not
+  DUE       unleased and due now: waiting for a dispatcher
+  RETRYING  failed, waiting for their next attempt (outboxctl pending list --retrying)
+  BLOCKED   ordering keys that cannot move (outboxctl blocked)
+  LEASED    held by a dispatcher right now
+  EXPIRED   leases past their expiry: a dispatcher died or overran; the reaper requeues them
+  PAUSED    of a paused namespace or topic: not claimed until resumed
+  OLDEST    how long the oldest available message has waited (paused ones aside)
+  TOP ERROR the most frequent last error code of the topic's pending and dead messages, and how many
+  DEAD      dead letters (outboxctl dead list)
+
+Below the table: the pauses in force, by whom and why, and what to do next.
 
 --watch redraws every INTERVAL (default 2s) until interrupted.`,
 		Example: `  outboxctl status
@@ -75,12 +81,18 @@ type statusDoc struct {
 	GeneratedAt time.Time          `json:"generated_at"`
 	Topics      []lease.TopicStats `json:"topics"`
 	Totals      metricsfn.Totals   `json:"totals"`
+	// Pauses are the pauses in force: who paused what, when and why.
+	Pauses []lease.Pause `json:"pauses"`
 }
 
 func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval time.Duration, asJSON bool) error {
 	redraw := interval > 0 && !asJSON && isTerminal(w)
 	for {
 		stats, err := store.Stats(ctx)
+		var pauses []lease.Pause
+		if err == nil {
+			pauses, err = store.Pauses(ctx)
+		}
 		if err != nil {
 			if ctx.Err() != nil && interval > 0 {
 				return nil // interrupted while reading
@@ -90,11 +102,11 @@ func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval t
 		now := time.Now()
 		switch {
 		case asJSON && interval > 0:
-			if err := writeJSONLine(w, statusOf(stats, now)); err != nil {
+			if err := writeJSONLine(w, statusOf(stats, pauses, now)); err != nil {
 				return err
 			}
 		case asJSON:
-			if err := writeJSON(w, statusOf(stats, now)); err != nil {
+			if err := writeJSON(w, statusOf(stats, pauses, now)); err != nil {
 				return err
 			}
 		default:
@@ -104,7 +116,7 @@ func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval t
 			if interval > 0 {
 				fmt.Fprintf(w, "outbox status at %s, every %s (interrupt to stop)\n\n", now.Format("15:04:05"), interval)
 			}
-			printStatus(w, stats)
+			printStatus(w, stats, pauses)
 			if interval > 0 && !redraw {
 				fmt.Fprintln(w)
 			}
@@ -120,28 +132,27 @@ func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval t
 	}
 }
 
-func statusOf(stats []lease.TopicStats, now time.Time) statusDoc {
-	doc := statusDoc{GeneratedAt: now.UTC(), Topics: stats}
+func statusOf(stats []lease.TopicStats, pauses []lease.Pause, now time.Time) statusDoc {
+	doc := statusDoc{GeneratedAt: now.UTC(), Topics: stats, Pauses: pauses}
 	if doc.Topics == nil {
 		doc.Topics = []lease.TopicStats{}
 	}
-	for _, s := range stats {
-		doc.Totals.Pending += s.Pending
-		doc.Totals.Due += s.Due
-		doc.Totals.Leased += s.Leased
-		doc.Totals.ExpiredLeases += s.ExpiredLeases
-		doc.Totals.Dead += s.Dead
-		doc.Totals.OldestPendingAgeSeconds = max(doc.Totals.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
+	if doc.Pauses == nil {
+		doc.Pauses = []lease.Pause{}
 	}
+	// The metrics function's totals, so that the two agree.
+	doc.Totals = metricsfn.BuildSnapshot(stats, 0, now).Totals
 	return doc
 }
 
-func printStatus(w io.Writer, stats []lease.TopicStats) {
+func printStatus(w io.Writer, stats []lease.TopicStats, pauses []lease.Pause) {
+	now := time.Now()
 	if len(stats) == 0 {
 		fmt.Fprintln(w, "the outbox is empty: nothing pending, no dead letters")
+		printPauses(w, pauses, now)
 		return
 	}
-	t := statusOf(stats, time.Now()).Totals
+	t := statusOf(stats, pauses, now).Totals
 	oldest := func(pending int64, s float64) string {
 		if pending == 0 {
 			return "-"
@@ -149,18 +160,34 @@ func printStatus(w io.Writer, stats []lease.TopicStats) {
 		return humanAge(seconds(s))
 	}
 	tw := table(w)
-	fmt.Fprintln(tw, "NAMESPACE\tTOPIC\tPENDING\tDUE\tLEASED\tEXPIRED\tOLDEST\tDEAD")
-	for _, s := range stats {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Topic, count(s.Pending), count(s.Due),
-			count(s.Leased), count(s.ExpiredLeases), oldest(s.Pending, s.OldestPendingAgeSeconds), count(s.Dead))
+	topError := func(s lease.TopicStats) string {
+		if s.TopErrorCode == "" {
+			return "-"
+		}
+		return fmt.Sprintf("%s ×%s", s.TopErrorCode, count(s.TopErrorCount))
 	}
-	fmt.Fprintf(tw, "TOTAL\t\t%s\t%s\t%s\t%s\t%s\t%s\n", count(t.Pending), count(t.Due), count(t.Leased),
-		count(t.ExpiredLeases), oldest(t.Pending, t.OldestPendingAgeSeconds), count(t.Dead))
+	fmt.Fprintln(tw, "NAMESPACE\tTOPIC\tPENDING\tDUE\tRETRYING\tBLOCKED\tLEASED\tEXPIRED\tPAUSED\tOLDEST\tTOP ERROR\tDEAD")
+	for _, s := range stats {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Topic, count(s.Pending), count(s.Due),
+			count(s.Retrying), count(s.BlockedKeys), count(s.Leased), count(s.ExpiredLeases), count(s.Paused),
+			oldest(s.Pending-s.Paused, s.OldestPendingAgeSeconds), topError(s), count(s.Dead))
+	}
+	fmt.Fprintf(tw, "TOTAL\t\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\n", count(t.Pending), count(t.Due), count(t.Retrying),
+		count(t.BlockedKeys), count(t.Leased), count(t.ExpiredLeases), count(t.Paused),
+		oldest(t.Pending-t.Paused, t.OldestPendingAgeSeconds), count(t.Dead))
 	tw.Flush()
+	printPauses(w, pauses, now)
 	// What to do about what is stuck.
 	if t.ExpiredLeases > 0 {
 		fmt.Fprintf(w, "\n%s expired lease%s: a dispatcher died or overran its lease; the reaper requeues them (outboxctl invoke reaper)\n",
 			count(t.ExpiredLeases), plural(int(t.ExpiredLeases)))
+	}
+	if t.Retrying > 0 {
+		fmt.Fprintf(w, "\n%s message%s retrying: see their errors with outboxctl pending list --retrying; once the target is fixed, outboxctl retry ID... --yes --reason \"…\"\n",
+			count(t.Retrying), plural(int(t.Retrying)))
+	}
+	if t.BlockedKeys > 0 {
+		fmt.Fprintf(w, "\n%s blocked ordering key%s: see which, since when and why with outboxctl blocked\n", count(t.BlockedKeys), plural(int(t.BlockedKeys)))
 	}
 	if t.Dead > 0 {
 		fmt.Fprintf(w, "\n%s dead letter%s: see why with outboxctl dead list; replay with outboxctl replay\n", count(t.Dead), plural(int(t.Dead)))

@@ -34,6 +34,8 @@ type Snapshot struct {
 	Other *lease.TopicStats `json:"other,omitempty"`
 	// TopicCount is the number of namespace/topic pairs with messages.
 	TopicCount int `json:"topic_count"`
+	// Pauses are the pauses in force: who paused what, when and why.
+	Pauses []lease.Pause `json:"pauses"`
 }
 
 // Totals is the whole queue.
@@ -50,6 +52,11 @@ type Totals struct {
 	// longest-blocked has been.
 	BlockedKeys                int64   `json:"blocked_keys"`
 	OldestBlockedKeyAgeSeconds float64 `json:"oldest_blocked_key_age_seconds"`
+	// Retrying counts messages that failed and wait for their next
+	// attempt; Paused, messages of paused namespaces and topics, which
+	// count in neither Due nor the oldest age.
+	Retrying int64 `json:"retrying"`
+	Paused   int64 `json:"paused"`
 }
 
 // BuildSnapshot ranks the per-topic statistics and keeps the top n, so that
@@ -87,6 +94,8 @@ func (t *Totals) add(s lease.TopicStats) {
 	t.OldestPendingAgeSeconds = max(t.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
 	t.BlockedKeys += s.BlockedKeys
 	t.OldestBlockedKeyAgeSeconds = max(t.OldestBlockedKeyAgeSeconds, s.OldestBlockedKeyAgeSeconds)
+	t.Retrying += s.Retrying
+	t.Paused += s.Paused
 }
 
 func addStats(into *lease.TopicStats, s lease.TopicStats) {
@@ -98,6 +107,10 @@ func addStats(into *lease.TopicStats, s lease.TopicStats) {
 	into.OldestPendingAgeSeconds = max(into.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
 	into.BlockedKeys += s.BlockedKeys
 	into.OldestBlockedKeyAgeSeconds = max(into.OldestBlockedKeyAgeSeconds, s.OldestBlockedKeyAgeSeconds)
+	into.Retrying += s.Retrying
+	into.Paused += s.Paused
+	// The aggregate names no single topic's top error.
+	into.TopErrorCode, into.TopErrorCount = "", 0
 }
 
 // Handler is the metrics exporter's handler.
@@ -124,11 +137,20 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 		log.Error("reading outbox.stats() failed", "error", err.Error())
 		return Snapshot{}, &handler.InvocationError{Function: "metrics", Err: err}
 	}
+	pauses, err := h.Store.Pauses(ctx)
+	if err != nil {
+		log.Error("reading outbox.pauses() failed", "error", err.Error())
+		return Snapshot{}, &handler.InvocationError{Function: "metrics", Err: err}
+	}
 	now := time.Now
 	if h.Now != nil {
 		now = h.Now
 	}
 	snap := BuildSnapshot(stats, h.TopN, now())
+	snap.Pauses = pauses
+	if snap.Pauses == nil {
+		snap.Pauses = []lease.Pause{}
+	}
 
 	m := h.RT.Metrics(ctx, cold)
 	// The whole queue, without dimensions beyond FunctionName: what the
@@ -142,6 +164,9 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 	handler.Put(m, "DeadLetterDepth", float64(t.Dead), emf.Count)
 	handler.Put(m, "BlockedKeys", float64(t.BlockedKeys), emf.Count)
 	handler.Put(m, "OldestBlockedKeyAgeSeconds", t.OldestBlockedKeyAgeSeconds, emf.Seconds)
+	handler.Put(m, "RetryingMessages", float64(t.Retrying), emf.Count)
+	handler.Put(m, "PausedMessages", float64(t.Paused), emf.Count)
+	handler.Put(m, "Pauses", float64(len(snap.Pauses)), emf.Count)
 	handler.Put(m, "TopicCount", float64(snap.TopicCount), emf.Count)
 	rows := snap.Topics
 	if snap.Other != nil {
@@ -155,12 +180,20 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 		handler.PutWith(m, dims, "OldestPendingAgeSeconds", s.OldestPendingAgeSeconds, emf.Seconds)
 		handler.PutWith(m, dims, "DeadLetterDepth", float64(s.Dead), emf.Count)
 		handler.PutWith(m, dims, "BlockedKeys", float64(s.BlockedKeys), emf.Count)
+		handler.PutWith(m, dims, "RetryingMessages", float64(s.Retrying), emf.Count)
+		handler.PutWith(m, dims, "PausedMessages", float64(s.Paused), emf.Count)
 	}
 	h.RT.Flush(m, log)
 	log.Info("queue snapshot", "pending", t.Pending, "due", t.Due, "leased", t.Leased,
 		"expired_leases", t.ExpiredLeases, "oldest_pending_age_seconds", t.OldestPendingAgeSeconds,
 		"dead", t.Dead, "blocked_keys", t.BlockedKeys, "oldest_blocked_key_age_seconds", t.OldestBlockedKeyAgeSeconds,
-		"topics", snap.TopicCount)
+		"retrying", t.Retrying, "paused", t.Paused, "topics", snap.TopicCount)
+	// Who paused what and why, where the on-call engineer reading the
+	// metrics function's log finds it.
+	for _, p := range snap.Pauses {
+		log.Warn("paused", "namespace", p.Namespace, "topic", p.Topic, "messages", p.Messages,
+			"paused_by", p.PausedBy, "db_user", p.DBUser, "reason", p.Reason, "paused_at", p.PausedAt)
+	}
 	return snap, nil
 }
 

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
+)
+
+// pauseFlags name what pause and resume act on, and why.
+type pauseFlags struct {
+	namespace string
+	topic     string
+	reason    string
+	operator  string
+	asJSON    bool
+}
+
+func (p *pauseFlags) register(cmd *cobra.Command, verb string) {
+	cmd.Flags().StringVar(&p.namespace, "namespace", "", "the namespace to "+verb+" (required)")
+	cmd.Flags().StringVar(&p.topic, "topic", "", "only this topic of it (default: the whole namespace)")
+	cmd.Flags().StringVar(&p.reason, "reason", "", "why, kept with the pause and in outbox.operator_log (required)")
+	cmd.Flags().StringVar(&p.operator, "operator", "", "who acts, recorded with the reason (default: the OS user)")
+	cmd.Flags().BoolVar(&p.asJSON, "json", false, "print the result as JSON")
+}
+
+func (p *pauseFlags) request(verb string) (lease.PauseRequest, error) {
+	if p.namespace == "" {
+		return lease.PauseRequest{}, usagef("%s needs --namespace (and --topic for one topic of it)", verb)
+	}
+	if p.reason == "" {
+		return lease.PauseRequest{}, usagef("%s needs a --reason: it is kept in outbox.operator_log", verb)
+	}
+	if p.operator == "" {
+		p.operator = osUser()
+	}
+	return lease.PauseRequest{Namespace: p.namespace, Topic: p.topic, Reason: p.reason, Operator: p.operator}, nil
+}
+
+func (p *pauseFlags) subject() string {
+	if p.topic == "" || p.topic == lease.AllTopics {
+		return "namespace " + p.namespace
+	}
+	return p.namespace + "/" + p.topic
+}
+
+// pauseResult is pause and resume --json.
+type pauseResult struct {
+	Namespace string `json:"namespace"`
+	Topic     string `json:"topic"`
+	Paused    bool   `json:"paused"`
+	Messages  int64  `json:"messages"`
+}
+
+func newPauseCommand(g *globalOptions) *cobra.Command {
+	var p pauseFlags
+	cmd := &cobra.Command{
+		Use:   "pause --namespace N [--topic T] --reason R",
+		Short: "Stop dispatching a namespace, or one topic of it, until resumed",
+		Long: `Pause stops every dispatcher from claiming the messages of a namespace, or
+of one topic of it: those queued now, and those enqueued or replayed while it
+is paused. A message being delivered at that moment finishes its attempt.
+Producers go on enqueueing; nothing is lost, and the order of each ordering
+key is kept (a key whose next message is paused waits).
+
+outboxctl status shows paused messages apart from due ones, with who paused
+them and why, and the metrics export them as PausedMessages (not in the
+oldest age, so a pause does not fire OldestPendingAgeAlarm). The pause is in
+outbox.operator_log with the operator (the OS user unless --operator), the
+database login and the --reason. outboxctl resume undoes it.`,
+		Example: `  outboxctl pause --namespace billing --reason "INC-4211: billing endpoint down, stop retrying into it"
+  outboxctl pause --namespace payments --topic refund_issued --reason "refunds frozen during the audit"`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := p.request("pause")
+			if err != nil {
+				return err
+			}
+			pool, store, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			n, err := store.Pause(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if p.asJSON {
+				return writeJSON(cmd.OutOrStdout(), pauseResult{Namespace: p.namespace, Topic: topicOrAll(p.topic), Paused: true, Messages: n})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "paused %s (%s pending message%s) as %s: %s\nresume with: outboxctl resume --namespace %s%s --reason \"…\"\n",
+				p.subject(), count(n), plural(int(n)), p.operator, p.reason, p.namespace, topicFlag(p.topic))
+			return nil
+		},
+	}
+	p.register(cmd, "pause")
+	return cmd
+}
+
+func newResumeCommand(g *globalOptions) *cobra.Command {
+	var p pauseFlags
+	cmd := &cobra.Command{
+		Use:   "resume --namespace N [--topic T] --reason R",
+		Short: "Dispatch a paused namespace or topic again",
+		Long: `Resume ends a pause made by outboxctl pause — the same --namespace and
+--topic — and its messages are claimable again, in their old order. A
+message still under another pause (its topic paused on its own) stays
+paused. The resume is in outbox.operator_log with who had paused it, when
+and why.`,
+		Example: `  outboxctl status        # lists what is paused, by whom and why
+  outboxctl resume --namespace billing --reason "INC-4211: endpoint fixed"`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := p.request("resume")
+			if err != nil {
+				return err
+			}
+			pool, store, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			n, err := store.Resume(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if p.asJSON {
+				return writeJSON(cmd.OutOrStdout(), pauseResult{Namespace: p.namespace, Topic: topicOrAll(p.topic), Paused: false, Messages: n})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "resumed %s (%s pending message%s claimable again) as %s: %s\n",
+				p.subject(), count(n), plural(int(n)), p.operator, p.reason)
+			return nil
+		},
+	}
+	p.register(cmd, "resume")
+	return cmd
+}
+
+func topicOrAll(topic string) string {
+	if topic == "" {
+		return lease.AllTopics
+	}
+	return topic
+}
+
+func topicFlag(topic string) string {
+	if topic == "" || topic == lease.AllTopics {
+		return ""
+	}
+	return " --topic " + topic
+}
+
+// printPauses lists the pauses in force, for status.
+func printPauses(w io.Writer, pauses []lease.Pause, now time.Time) {
+	if len(pauses) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%d pause%s in force (outboxctl resume --namespace N [--topic T] --reason \"…\"):\n", len(pauses), plural(len(pauses)))
+	tw := table(w)
+	fmt.Fprintln(tw, "NAMESPACE/TOPIC\tMESSAGES\tPAUSED BY\tLOGIN\tSINCE\tREASON")
+	for _, p := range pauses {
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s ago\t%s\n", p.Namespace, p.Topic, count(p.Messages), orDash(p.PausedBy),
+			p.DBUser, humanAge(now.Sub(p.PausedAt)), truncate(p.Reason, 60))
+	}
+	tw.Flush()
+}
