@@ -991,9 +991,11 @@ AS $$
 --
 -- Marking never waits: a message that a claim or completion holds at this
 -- moment is left unmarked, as is one whose producer commits just after
--- the pause. Claims skip such a message all the same (they check the pause
--- while anything is paused), and the next pause or resume of the same
--- namespace marks it; until then a claim reads it without taking it.
+-- the pause. Claims skip such a message all the same when it is unordered
+-- or its key's head (they check the pause while anything is paused; one
+-- behind a head of another, unpaused topic could still go in that head's
+-- run), and the next resume of a topic of the namespace, or a pause
+-- after it, marks it; until then a claim reads it without taking it.
 -- The marked messages' former entries in the claim index stay until
 -- vacuum removes them (autovacuum, within seconds with the settings the
 -- README recommends): until then claims step over them, the first marking
@@ -1082,6 +1084,8 @@ DECLARE
     v_pause  outbox.paused;
     v_others text;
     v_n      bigint;
+    v_round  bigint;
+    v_deadline timestamptz := clock_timestamp() + interval '10 seconds';
 BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'outbox.resume: a reason is required; it is kept in outbox.operator_log'
@@ -1099,13 +1103,31 @@ BEGIN
                               ELSE 'outbox.pauses() lists what is paused.' END;
     END IF;
 
-    -- Messages someone holds right now are unmarked too: waiting for them
-    -- is short (a claim or a completion), and skipping them would leave
-    -- them out of the claim index for good.
-    UPDATE outbox.pending p SET paused = false
-    WHERE p.paused AND p.namespace = p_namespace AND (v_topic = '*' OR p.topic = v_topic)
-      AND NOT outbox.is_paused(p.namespace, p.topic);
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    -- Every marked message must be unmarked, or it would stay out of the
+    -- claim index for good. Rows someone holds (a completion settling a
+    -- key holds them for milliseconds) are taken in a later round rather
+    -- than waited for: a resume waiting on a row while holding others
+    -- could deadlock with that completion, and the completion might be
+    -- the one PostgreSQL aborts.
+    v_n := 0;
+    LOOP
+        UPDATE outbox.pending p SET paused = false
+        WHERE p.ctid = ANY (ARRAY(
+            SELECT q.ctid FROM outbox.pending q
+            WHERE q.paused AND q.namespace = p_namespace AND (v_topic = '*' OR q.topic = v_topic)
+              AND NOT outbox.is_paused(q.namespace, q.topic)
+            FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS v_round = ROW_COUNT;
+        v_n := v_n + v_round;
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM outbox.pending q
+                              WHERE q.paused AND q.namespace = p_namespace AND (v_topic = '*' OR q.topic = v_topic)
+                                AND NOT outbox.is_paused(q.namespace, q.topic));
+        IF clock_timestamp() > v_deadline THEN
+            RAISE EXCEPTION 'outbox.resume: messages of %/% stayed locked for 10 seconds; nothing was resumed', p_namespace, v_topic
+                USING ERRCODE = '55P03', HINT = 'Try again: dispatchers hold a message only while claiming or completing it.';
+        END IF;
+        PERFORM pg_sleep(0.01);
+    END LOOP;
     -- And what a pause still in force missed, marked now.
     IF v_topic = '*' THEN
         PERFORM outbox.mark_paused(z.namespace, z.topic) FROM outbox.paused z WHERE z.namespace = p_namespace;

@@ -81,6 +81,18 @@
 // deferred (unsettled) — is listed by BlockedKeys and counted in
 // TopicStats: one definition, in outbox.blocked_key_states, serves both.
 //
+// # The operator's console
+//
+// ListPending says where each pending message stands and what an ordered
+// one waits behind. RetryNow moves a retrying message's next attempt to
+// now (RESCHEDULED), PurgeDead discards dead letters older than a window,
+// and Pause keeps a namespace or topic out of every claim until Resume:
+// its messages carry outbox.pending.paused, which keeps them out of the
+// claim's index as behind does, so a paused backlog costs claims nothing;
+// a run stops before a paused message (a key may span topics). Each action
+// is audited with the operator, the login and a reason, and refused with
+// ErrRefused (P7005) for the state of what it names.
+//
 // # Takeover
 //
 // A lease that expired — its dispatcher crashed, or stalled past it — is
@@ -115,7 +127,7 @@
 //
 // SQLSTATEs are translated in one place (errors.go) into *Error values that
 // wrap a sentinel — ErrLeaseLost (P7002), ErrInvalidCompletion (P7003),
-// ErrInvalidArgument (22023), ErrAppendOnly (P0001), ErrDoubleDispatch (23505
+// ErrRefused (P7005), ErrInvalidArgument (22023), ErrAppendOnly (P0001), ErrDoubleDispatch (23505
 // on attempts_one_dispatched_per_message) — and the driver's error.
 // CompleteBatch reports a second DISPATCHED for one message as that
 // message's [outboxtype.StatusDoubleDispatch], not as an error of the batch.
