@@ -430,3 +430,56 @@ func TestListPendingSaysWhatEachMessageWaitsFor(t *testing.T) {
 		t.Errorf("limit 10001: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// A message being delivered when its namespace is paused finishes its
+// attempt; retried, it waits for the resume. A resume takes every paused
+// message, also one a transaction held while it ran.
+func TestPauseTakesLeasedMessagesAndResumeTakesHeldOnes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 2, topicMessage("billing", "usage"))
+	leased := claimRun(t, store, "w", 1, 1)
+	if n, err := store.Pause(ctx, lease.PauseRequest{Namespace: "billing", Reason: "hold", Operator: "ana"}); err != nil || n != 2 {
+		t.Fatalf("pause: %d, %v; want both messages, the leased one too", n, err)
+	}
+	if _, err := store.CompleteBatch(ctx, "w", []lease.Result{{ID: leased[0].ID, LeaseToken: leased[0].LeaseToken,
+		Outcome: outboxtype.OutcomeRetryable, ErrorCode: "TIMEOUT", RetryAt: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimRun(t, store, "w", 10, 1); len(got) != 0 {
+		t.Fatalf("claimed %d paused messages, the retried one among them?", len(got))
+	}
+
+	// Another transaction holds one of the paused rows while the resume runs.
+	holder, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM outbox.pending WHERE id = $1 FOR UPDATE`, leased[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	resumed := make(chan error, 1)
+	var n int64
+	go func() {
+		var err error
+		n, err = store.Resume(ctx, lease.PauseRequest{Namespace: "billing", Reason: "back", Operator: "ana"})
+		resumed <- err
+	}()
+	// The resume takes the free row and comes back, in rounds, for the
+	// held one: let the holder go once the resume is seen running.
+	for count(t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND state = 'active' AND query LIKE '%outbox.resume%' AND pid <> pg_backend_pid()`) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-resumed; err != nil || n != 2 {
+		t.Fatalf("resume: %d, %v; want both", n, err)
+	}
+	if got := claimRun(t, store, "w", 10, 1); len(got) != 2 {
+		t.Fatalf("after the resume the claim took %d, want 2", len(got))
+	}
+}

@@ -184,16 +184,16 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 		handler.PutWith(m, dims, "PausedMessages", float64(s.Paused), emf.Count)
 	}
 	h.RT.Flush(m, log)
-	log.Info("queue snapshot", "pending", t.Pending, "due", t.Due, "leased", t.Leased,
-		"expired_leases", t.ExpiredLeases, "oldest_pending_age_seconds", t.OldestPendingAgeSeconds,
-		"dead", t.Dead, "blocked_keys", t.BlockedKeys, "oldest_blocked_key_age_seconds", t.OldestBlockedKeyAgeSeconds,
-		"retrying", t.Retrying, "paused", t.Paused, "topics", snap.TopicCount)
 	// Who paused what and why, where the on-call engineer reading the
-	// metrics function's log finds it.
+	// metrics function's log finds it, before the invocation's summary.
 	for _, p := range snap.Pauses {
 		log.Warn("paused", "namespace", p.Namespace, "topic", p.Topic, "messages", p.Messages,
 			"paused_by", p.PausedBy, "db_user", p.DBUser, "reason", p.Reason, "paused_at", p.PausedAt)
 	}
+	log.Info("queue snapshot", "pending", t.Pending, "due", t.Due, "leased", t.Leased,
+		"expired_leases", t.ExpiredLeases, "oldest_pending_age_seconds", t.OldestPendingAgeSeconds,
+		"dead", t.Dead, "blocked_keys", t.BlockedKeys, "oldest_blocked_key_age_seconds", t.OldestBlockedKeyAgeSeconds,
+		"retrying", t.Retrying, "paused", t.Paused, "topics", snap.TopicCount)
 	return snap, nil
 }
 
