@@ -62,7 +62,7 @@ func TestPendingList(t *testing.T) {
 	all := cli(t, env, "pending", "list")
 	all.wantOK(t, "pending list", "ID", "NAMESPACE/TOPIC", "KEY/SEQ", "STATE", "WAITS BEHIND",
 		failing[0].String(), "billing/usage_snapshot", "retrying", "TARGET_5XX", "HTTP 503 Service Unavailable", "…", "in 59m",
-		"acct-42/1", "leased", "acct-42/2", "behind", head[0].ID.String()+" (seq 1, leased)")
+		"acct-42/1", "leased", "held by dispatch:test, lease ends in", "acct-42/2", "behind", head[0].ID.String()+" (seq 1, leased)")
 
 	var page lease.PendingMessages
 	j := cli(t, env, "pending", "list", "--retrying", "--json")

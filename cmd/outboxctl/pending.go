@@ -138,8 +138,10 @@ func nextAttempt(m lease.PendingMessage, now time.Time) string {
 		return "now"
 	case lease.PendingLeased:
 		if m.LeaseExpires != nil {
-			return "lease ends in " + humanAge(m.LeaseExpires.Sub(now))
+			return fmt.Sprintf("held by %s, lease ends in %s", m.ClaimedBy, humanAge(m.LeaseExpires.Sub(now)))
 		}
+	case lease.PendingLeaseExpired:
+		return fmt.Sprintf("held by %s, lease expired: taken back by the next claim", m.ClaimedBy)
 	}
 	return "-"
 }
