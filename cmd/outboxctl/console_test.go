@@ -272,3 +272,33 @@ func TestPauseResumeAndStatus(t *testing.T) {
 		t.Error("status still shows a pause after the resume")
 	}
 }
+
+// The console works as the roles the README grants: an operator login runs
+// every command and is recorded as itself; a reader lists but may not act.
+func TestConsoleAsOperatorAndReader(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	enqueueMessages(t, d.Pool, usageMessage(1), usageMessage(2))
+	failing := retryLater(t, d)
+	operator := db(d.LoginAs(t, "outbox_operator"))
+	reader := db(d.LoginAs(t, "outbox_reader"))
+
+	cli(t, operator, "status").wantOK(t, "status as operator", "TARGET_5XX ×2")
+	cli(t, operator, "pending", "list", "--retrying").wantOK(t, "pending list as operator", failing[0].String())
+	cli(t, operator, "pause", "--namespace", "billing", "--reason", "hold", "--operator", "ana").wantOK(t, "pause as operator", "paused namespace billing (2 pending messages)")
+	cli(t, operator, "retry", failing[0].String(), "--yes", "--reason", "fixed").wantOK(t, "retry as operator", "retrying "+failing[0].String())
+	cli(t, operator, "dead", "purge", "--older-than", "30d", "--yes", "--reason", "retention").wantOK(t, "dead purge as operator", "purged 0 dead letters")
+	cli(t, reader, "status").wantOK(t, "status as reader", "1 pause in force", "ana")
+	cli(t, reader, "pending", "list").wantOK(t, "pending list as reader", "paused")
+	cli(t, reader, "resume", "--namespace", "billing", "--reason", "x").wantError(t, "resume as reader", 1, "permission denied for function resume")
+	cli(t, reader, "retry", failing[1].String(), "--yes", "--reason", "x").wantError(t, "retry as reader", 1, "permission denied for function retry_now")
+	cli(t, operator, "resume", "--namespace", "billing", "--reason", "back").wantOK(t, "resume as operator", "resumed namespace billing (2 pending messages")
+
+	var login string
+	if err := d.Pool.QueryRow(context.Background(), `SELECT db_user FROM outbox.attempts WHERE state = 'RESCHEDULED'`).Scan(&login); err != nil || !strings.HasPrefix(login, "outbox_t_login_") {
+		t.Errorf("the retry was recorded as login %q (%v), want the operator's login", login, err)
+	}
+	if n := countRows(t, d.Pool, `SELECT count(*) FROM outbox.operator_log WHERE action IN ('pause', 'resume', 'purge_dead') AND db_user LIKE 'outbox\_t\_login\_%'`); n != 3 {
+		t.Errorf("%d of the operator's 3 logged actions recorded under its own login", n)
+	}
+}
