@@ -30,9 +30,9 @@
 // or OUTBOX_ROUTES_FILE and the file.
 //
 // Where a component checks a combination of settings itself (a lease
-// longer than the function timeout plus the safety margin, exactly one
-// database source), this package hands it the variables' names
-// (dispatch.Names, dbpool.Names) for its messages.
+// longer than the safety margin, exactly one database source), this
+// package hands it the variables' names (dispatch.Names, dbpool.Names) for
+// its messages.
 //
 // # The Lambda runtime's variables
 //

@@ -62,9 +62,6 @@ const (
 	MaxBatchBytes = 1 << 40
 	// MaxLease caps OUTBOX_LEASE.
 	MaxLease = 24 * time.Hour
-	// LeaseSlack is what the default lease adds to the function timeout
-	// and the safety margin.
-	LeaseSlack = time.Minute
 
 	// MaxReaperBatchSize is the most expired leases one
 	// outbox.repair_expired_leases call repairs, and so the cap of
@@ -129,8 +126,8 @@ var Variables = []Variable{
 	count("OUTBOX_BATCH_SIZE", DefaultBatchSize, 1, MaxBatchSize, "dispatch", "Messages per claim ({min}-{max}); an event's batch_size overrides it."),
 	count("OUTBOX_MAX_BATCHES", DefaultMaxBatches, 1, MaxMaxBatches, "dispatch", "Claims per invocation ({min}-{max}); an event's max_batches overrides it."),
 	text("OUTBOX_NAMESPACES", "", "dispatch", "Comma-separated namespaces this dispatcher claims (default all); an event's namespaces overrides it."),
-	duration("OUTBOX_FUNCTION_TIMEOUT", 0, time.Second, MaxFunctionTimeout, "dispatch", "The function's timeout (the template sets it); the lease must exceed it plus the safety margin."),
-	duration("OUTBOX_LEASE", 0, time.Second, MaxLease, "dispatch", "How long a claim holds its messages; default the function timeout plus the safety margin plus "+shortDuration(LeaseSlack)+", or "+shortDuration(DefaultLease)+" outside Lambda."),
+	duration("OUTBOX_FUNCTION_TIMEOUT", 0, time.Second, MaxFunctionTimeout, "dispatch", "The function's timeout (the template sets it): how much one invocation can deliver, which sizes fan-out."),
+	duration("OUTBOX_LEASE", DefaultLease, time.Second, MaxLease, "dispatch", "How long a claim holds its messages when the run has no deadline (outboxctl serve); under Lambda each claim's lease is the invocation's time left plus the safety margin."),
 	duration("OUTBOX_SAFETY_MARGIN", DefaultSafetyMargin, time.Second, MaxSafetyMargin, "dispatch", "No batch is claimed that would start publishing with less time than this left before the deadline."),
 	count("OUTBOX_TARGET_CONCURRENCY", DefaultTargetConcurrency, 1, MaxTargetConcurrency, "dispatch", "Targets published to at once within a batch (each target also bounds its own calls)."),
 	count("OUTBOX_ORDERED_RUN", DefaultOrderedRun, 1, MaxBatchSize, "dispatch", "Messages of one ordering key a claim hands out: the key's head and those queued behind it, delivered in order ({min}-{max})."),

@@ -29,13 +29,14 @@ type Config struct {
 	// once (one published while the next is claimed), each about three
 	// times its payload bytes with the encoded requests.
 	BatchBytes int64
-	// Lease is how long a claim holds its messages.
-	// It must exceed FunctionTimeout + SafetyMargin: a lease that could
-	// expire while this invocation still works would let another worker
-	// deliver the same message concurrently.
+	// Lease is how long a claim holds its messages in a run without a
+	// deadline (outboxctl serve, make run). A run under a deadline (every
+	// Lambda invocation) leases each claim for the time it has left plus
+	// SafetyMargin instead: see Engine.claimLease.
 	Lease time.Duration
 	// FunctionTimeout is the Lambda function's configured timeout; zero
-	// outside Lambda.
+	// outside Lambda. It sizes fan-out: how much one invocation can
+	// deliver before its deadline.
 	FunctionTimeout time.Duration
 	// SafetyMargin: no batch is claimed that would start publishing with
 	// less than this left before the deadline (for a batch
@@ -163,9 +164,9 @@ func (c Config) Validate() error {
 	if c.FunctionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("the function timeout must not be negative, got %s", c.FunctionTimeout))
 	}
-	if c.Lease <= c.FunctionTimeout+c.SafetyMargin {
-		errs = append(errs, fmt.Errorf("%s (%s) must be longer than the function timeout (%s) plus %s (%s): otherwise a lease can expire while its invocation still delivers, and another worker delivers the same message at the same time",
-			n.Lease, c.Lease, c.FunctionTimeout, n.SafetyMargin, c.SafetyMargin))
+	if c.Lease <= c.SafetyMargin {
+		errs = append(errs, fmt.Errorf("%s (%s) must be longer than %s (%s): a batch's publishing stops %s before its lease expires",
+			n.Lease, c.Lease, n.SafetyMargin, c.SafetyMargin, n.SafetyMargin))
 	}
 	return errors.Join(errs...)
 }

@@ -37,9 +37,11 @@
 // claiming when less than SafetyMargin remains before the deadline, gives the
 // publishers only until CompletionReserve before it, and completes with the
 // reserve, so that every message it claimed is completed exactly once — or,
-// if the process dies, left leased for the reaper. The lease always outlasts
-// the invocation (Config.Validate enforces it), so no other worker can take a
-// message while this one may still complete it. A batch the run claimed but
+// if the process dies, left leased until its lease expires, when the next
+// claim takes it over. Each claim's lease is the invocation's time left plus
+// the safety margin, so no other worker can take a message while this one
+// may still complete it, and a killed invocation's messages wait no longer
+// than its deadline plus the margin. A batch the run claimed but
 // will not publish (time ran out, or the database failed under it) is
 // released, not left to expire.
 //
@@ -216,13 +218,6 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 	if req.WorkerID == "" {
 		return sum, errors.New("dispatch: a worker id is required")
 	}
-	if deadline, ok := ctx.Deadline(); ok {
-		// The lease must outlast everything this invocation may still do.
-		if left := deadline.Sub(start); left+e.cfg.SafetyMargin > e.cfg.Lease {
-			return sum, fmt.Errorf("dispatch: the invocation has %s left but the lease is %s: raise %s above the function timeout plus the %s safety margin",
-				left.Round(time.Millisecond), e.cfg.Lease, e.cfg.Names.Lease, e.cfg.SafetyMargin)
-		}
-	}
 	p := &pipeline{e: e, ctx: ctx, sum: &sum, workerID: req.WorkerID,
 		batchSize: e.cfg.BatchSize, maxBatches: e.cfg.MaxBatches, namespaces: e.cfg.Namespaces, log: req.Log}
 	if req.BatchSize > 0 {
@@ -238,6 +233,24 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 		p.log = e.log
 	}
 	return sum, p.run()
+}
+
+// claimLease is the lease of a claim made now. Under a deadline it is the
+// time left plus the safety margin: nothing of this invocation runs past its
+// deadline (Lambda stops the process there), so the lease cannot expire
+// under work still in hand — the margin covers the claim's round trip and
+// any skew between this clock and the database's — and the messages of an
+// invocation that is killed are claimable by the next claim SafetyMargin
+// after its deadline. A lease of the function timeout plus a minute, as
+// it was, kept them from everyone for up to two minutes longer than that.
+// Without a deadline (outboxctl serve) it is Config.Lease.
+func (e *Engine) claimLease(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return e.cfg.Lease
+	}
+	// The database counts a lease in whole seconds; round up, never down.
+	return max(deadline.Sub(e.cfg.Clock())+e.cfg.SafetyMargin, time.Second)
 }
 
 // completionContext is what a completion may use: the reserve the

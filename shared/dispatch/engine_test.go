@@ -447,23 +447,54 @@ func TestEveryBatchStartsPublishingWithTheSafetyMarginLeft(t *testing.T) {
 	}
 }
 
-func TestLeaseMustOutlastTheInvocation(t *testing.T) {
+// Under a deadline, a claim's lease is the time the run has left plus the
+// safety margin, not a fixed lease: a killed invocation's messages are
+// claimable soon after its deadline. Without one it is Config.Lease.
+func TestClaimLeaseIsTheTimeLeftPlusTheSafetyMargin(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	_, err := dispatch.New(dispatch.Config{Lease: 30 * time.Second, FunctionTimeout: 60 * time.Second}, f.store, f.table,
-		map[string]publish.Publisher{f.table.Routes[0].Target.Key(): f.billing, f.table.Routes[1].Target.Key(): f.payment}, nil)
-	if err == nil || !strings.Contains(err.Error(), "Lease (30s) must be longer than the function timeout (1m0s)") {
-		t.Fatalf("New with a short lease: %v", err)
+	const margin = 3 * time.Second
+	var mu sync.Mutex
+	var expires []time.Time
+	f.billing.answer = func(m *outboxtype.Message) publish.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		expires = append(expires, m.LeaseExpiresAt)
+		return publish.Ok("ref")
 	}
-	e := f.engine(t, dispatch.Config{Lease: 20 * time.Second})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	e := f.engine(t, dispatch.Config{Lease: time.Hour, SafetyMargin: margin})
+	for _, left := range []time.Duration{40 * time.Second, 5 * time.Minute} {
+		f.enqueue(t, 1, billingMsg)
+		ctx, cancel := context.WithTimeout(context.Background(), left)
+		deadline, _ := ctx.Deadline()
+		if _, err := e.Run(ctx, dispatch.Request{WorkerID: "w"}); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		mu.Lock()
+		got := expires[len(expires)-1]
+		mu.Unlock()
+		// The database rounds the lease up to the second and its clock
+		// counts from the claim, a moment after the run began.
+		if want := deadline.Add(margin); got.Before(want.Add(-time.Second)) || got.After(want.Add(2*time.Second)) {
+			t.Errorf("with %s left the lease expires at %s, want the deadline plus %s: %s", left, got.Format(time.RFC3339Nano), margin, want.Format(time.RFC3339Nano))
+		}
+	}
 	f.enqueue(t, 1, billingMsg)
-	if _, err := e.Run(ctx, dispatch.Request{WorkerID: "w"}); err == nil || !strings.Contains(err.Error(), "raise Lease above") {
-		t.Fatalf("Run with a deadline beyond the lease: %v", err)
+	before := time.Now()
+	if _, err := e.Run(context.Background(), dispatch.Request{WorkerID: "w"}); err != nil {
+		t.Fatal(err)
 	}
-	if n := f.count(t, `SELECT count(*) FROM outbox.pending WHERE lease_token IS NOT NULL`); n != 0 {
-		t.Fatal("a run refused for its lease still claimed")
+	mu.Lock()
+	got := expires[len(expires)-1]
+	mu.Unlock()
+	if got.Before(before.Add(time.Hour-time.Second)) || got.After(before.Add(time.Hour+5*time.Second)) {
+		t.Errorf("without a deadline the lease expires at %s, want Config.Lease (1h) after %s", got, before)
+	}
+	_, err := dispatch.New(dispatch.Config{Lease: 5 * time.Second, SafetyMargin: 10 * time.Second}, f.store, f.table,
+		map[string]publish.Publisher{f.table.Routes[0].Target.Key(): f.billing, f.table.Routes[1].Target.Key(): f.payment}, nil)
+	if err == nil || !strings.Contains(err.Error(), "Lease (5s) must be longer than SafetyMargin (10s)") {
+		t.Fatalf("New with a lease inside the safety margin: %v", err)
 	}
 }
 

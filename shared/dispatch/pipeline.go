@@ -208,7 +208,7 @@ func (p *pipeline) pastPublishing(batch []outboxtype.Message) bool {
 func (p *pipeline) claim() ([]outboxtype.Message, error) {
 	ctx, span := p.e.tracer.Start(p.ctx, "claim")
 	msgs, err := p.e.store.ClaimBatch(ctx, lease.ClaimParams{
-		WorkerID: p.workerID, BatchSize: p.batchSize, Lease: p.e.cfg.Lease, Namespaces: p.namespaces,
+		WorkerID: p.workerID, BatchSize: p.batchSize, Lease: p.e.claimLease(p.ctx), Namespaces: p.namespaces,
 		MaxRun: p.e.cfg.OrderedRun, MaxBytes: p.e.cfg.BatchBytes, MaxPayloadBytes: p.e.maxPayload,
 	})
 	span.SetAttribute("claimed", len(msgs))

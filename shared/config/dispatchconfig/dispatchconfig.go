@@ -113,15 +113,11 @@ func load(env config.Env, fn config.Function) (Dispatch, error) {
 			r.Fail("OUTBOX_NAMESPACES", "contains %q, which is not a namespace", ns)
 		}
 	}
-	if r.IsSet("OUTBOX_LEASE") {
-		d.Engine.Lease = r.Duration("OUTBOX_LEASE")
-	} else if d.Engine.FunctionTimeout > 0 {
-		d.Engine.Lease = d.Engine.FunctionTimeout + d.Engine.SafetyMargin + config.LeaseSlack
-	}
+	d.Engine.Lease = r.Duration("OUTBOX_LEASE")
 	if err := r.Err(); err != nil {
 		problems = append(problems, err)
 	} else if err := d.Engine.Validate(); err != nil {
-		// The engine's own checks, the lease against the timeout above all.
+		// The engine's own checks, the lease against the safety margin.
 		problems = append(problems, err)
 	}
 	// The routes are checked against the ceiling the store will apply.
