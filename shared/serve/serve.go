@@ -14,16 +14,14 @@
 //
 // Notifications only say "there may be work"; the claim is the same
 // FOR UPDATE SKIP LOCKED claim the functions use, so any number of servers
-// and functions can run side by side. A notification can be lost — the
-// trigger disabled, the LISTEN connection dropped, a retry becoming due
-// (an UPDATE, which does not notify) — so the server also polls, and after
-// every (re)connection of its listener it drains once to catch up on what it
-// may have missed.
+// and functions can run side by side. The waiting is package wake's, shared
+// with a lingering dispatch invocation: a notification can be lost, so the
+// server also polls, and after every (re)connection of its listener it
+// drains once to catch up; wake-ups are coalesced, and debounced so that a
+// burst of producer commits is claimed as one batch.
 //
-// Wake-ups are coalesced: while a drain runs, any number of notifications
-// leave a single pending wake-up; after a wake-up the server waits Debounce
-// before claiming, so that a burst of producer commits is claimed as one
-// batch rather than one claim per commit.
+// The server writes the dispatch function's metrics (EMF, the same names)
+// once per MetricsInterval, with its wake-ups: NotifyWakeups and Polls.
 //
 // # Shutdown
 //
@@ -44,14 +42,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
+	"github.com/outboxkit/dispatcher/shared/wake"
 )
 
 // Channel is the notification channel of migration 00004's trigger.
-const Channel = "outbox_pending"
+const Channel = wake.Channel
 
 // Defaults of Config.
 const (
@@ -59,9 +56,10 @@ const (
 	DefaultDebounce        = 10 * time.Millisecond
 	DefaultShutdownTimeout = 30 * time.Second
 
-	// Reconnection of the listener backs off from the first to the last.
-	firstReconnectDelay = 250 * time.Millisecond
-	lastReconnectDelay  = 30 * time.Second
+	// A failed drain is tried again after a delay doubling from the
+	// first to the last.
+	firstRetryDelay = 250 * time.Millisecond
+	lastRetryDelay  = 30 * time.Second
 )
 
 // Dispatcher runs one bounded dispatch run; *dispatch.Engine is one.
@@ -80,7 +78,7 @@ var _ Reaper = (*reaperfn.Handler)(nil)
 
 // Connect opens the connection the listener owns; it is closed and opened
 // again when it fails.
-type Connect func(ctx context.Context) (*pgx.Conn, error)
+type Connect = wake.Connect
 
 // Config tunes a Server. Zero fields take their defaults, except
 // ReaperInterval.
@@ -146,13 +144,11 @@ type Server struct {
 	reaper     Reaper
 	connect    Connect
 
-	// wake holds at most one pending wake-up: that is the coalescing.
-	wake      chan struct{}
-	listening chan struct{}
-	listenOne sync.Once
+	waker *wake.Waker
 
 	batches, claimed, delivered, retried, dead, leaseLost atomic.Int64
-	wakeups, polls, reconnects                            atomic.Int64
+	// startPolls is the drain at start, counted as a poll.
+	startPolls atomic.Int64
 }
 
 // New returns a server. reaper may be nil when cfg.ReaperInterval is zero;
@@ -169,22 +165,24 @@ func New(cfg Config, d Dispatcher, reaper Reaper, connect Connect) (*Server, err
 	case cfg.ReaperInterval > 0 && reaper == nil:
 		return nil, errors.New("serve: a reaper interval without a reaper")
 	}
-	return &Server{
-		cfg: cfg, dispatcher: d, reaper: reaper, connect: connect,
-		wake: make(chan struct{}, 1), listening: make(chan struct{}),
-	}, nil
+	waker, err := wake.New(wake.Config{PollInterval: cfg.PollInterval, Debounce: cfg.Debounce, Connect: connect, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, dispatcher: d, reaper: reaper, connect: connect, waker: waker}, nil
 }
 
 // Listening is closed once the listener has subscribed to Channel for the
 // first time.
-func (s *Server) Listening() <-chan struct{} { return s.listening }
+func (s *Server) Listening() <-chan struct{} { return s.waker.Listening() }
 
 // Totals returns the counts so far.
 func (s *Server) Totals() Totals {
+	w := s.waker.Counts()
 	return Totals{
 		Batches: s.batches.Load(), Claimed: s.claimed.Load(), Delivered: s.delivered.Load(),
 		Retried: s.retried.Load(), Dead: s.dead.Load(), LeaseLost: s.leaseLost.Load(),
-		Wakeups: s.wakeups.Load(), Polls: s.polls.Load(), Reconnects: s.reconnects.Load(),
+		Wakeups: w.NotifyWakeups, Polls: w.Polls + s.startPolls.Load(), Reconnects: w.Reconnects,
 	}
 }
 
@@ -222,13 +220,14 @@ func (s *Server) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	if s.connect != nil {
-		wg.Go(func() { s.listen(ctx) })
+		wg.Go(func() { s.waker.Listen(ctx) })
 	}
 	if s.reaper != nil {
 		wg.Go(func() { s.reap(ctx) })
 	}
 	s.dispatchLoop(ctx, work)
 	wg.Wait()
+	s.waker.Close()
 
 	t := s.Totals()
 	log.Info("serve stopped", "worker_id", s.cfg.WorkerID, "batches", t.Batches, "claimed", t.Claimed,
@@ -237,34 +236,14 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// notify records a wake-up; one already pending absorbs it.
-func (s *Server) notify() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
 func (s *Server) dispatchLoop(ctx, work context.Context) {
 	// The first drain happens at once: there may be a backlog.
-	poll := time.NewTimer(0)
-	defer poll.Stop()
+	s.startPolls.Add(1)
 	var failures int
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wake:
-			s.wakeups.Add(1)
-			if !sleep(ctx, s.cfg.Debounce) {
-				return
-			}
-		case <-poll.C:
-			s.polls.Add(1)
-		}
 		if err := s.drain(ctx, work); err != nil {
 			failures++
-			delay := min(firstReconnectDelay<<min(failures, 8), s.cfg.PollInterval, lastReconnectDelay)
+			delay := min(firstRetryDelay<<min(failures, 8), s.cfg.PollInterval, lastRetryDelay)
 			s.cfg.Log.Error("dispatch failed; trying again", "error", err.Error(), "retry_in", delay.String())
 			if !sleep(ctx, delay) {
 				return
@@ -272,7 +251,9 @@ func (s *Server) dispatchLoop(ctx, work context.Context) {
 		} else {
 			failures = 0
 		}
-		poll.Reset(s.cfg.PollInterval)
+		if s.waker.Wait(ctx) == wake.Stopped {
+			return
+		}
 	}
 }
 
@@ -307,70 +288,6 @@ func (s *Server) record(sum dispatch.Summary) {
 	s.leaseLost.Add(int64(sum.LeaseLost))
 	s.cfg.Log.Debug("batch done", "worker_id", sum.WorkerID, "claimed", sum.Claimed, "delivered", sum.Delivered,
 		"retried", sum.Retried, "dead", sum.Dead, "lease_lost", sum.LeaseLost, "duration_ms", sum.DurationMS)
-}
-
-// listen keeps one connection subscribed to Channel and turns each
-// notification into a wake-up, reconnecting with backoff when the
-// connection fails.
-func (s *Server) listen(ctx context.Context) {
-	delay := firstReconnectDelay
-	for connections := 0; ctx.Err() == nil; {
-		conn, err := s.subscribe(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.cfg.Log.Warn("cannot listen for notifications; polling meanwhile", "error", err.Error(),
-				"retry_in", delay.String(), "poll_interval", s.cfg.PollInterval.String())
-			if !sleep(ctx, delay) {
-				return
-			}
-			delay = min(delay*2, lastReconnectDelay)
-			continue
-		}
-		delay = firstReconnectDelay
-		if connections++; connections > 1 {
-			s.reconnects.Add(1)
-			s.cfg.Log.Info("listening for notifications again", "channel", Channel)
-		} else {
-			s.cfg.Log.Info("listening for notifications", "channel", Channel)
-		}
-		s.listenOne.Do(func() { close(s.listening) })
-		// Whatever was committed while no one listened was announced to
-		// no one: drain once to catch up.
-		s.notify()
-		err = s.receive(ctx, conn)
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = conn.Close(closeCtx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		s.cfg.Log.Warn("lost the notification connection; polling until it is back", "error", err.Error(),
-			"poll_interval", s.cfg.PollInterval.String())
-	}
-}
-
-func (s *Server) subscribe(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := s.connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("LISTEN %s: %w", Channel, err)
-	}
-	return conn, nil
-}
-
-// receive waits for notifications until the connection fails or ctx ends.
-func (s *Server) receive(ctx context.Context, conn *pgx.Conn) error {
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		s.notify()
-	}
 }
 
 // reap runs the reaper at once and then every ReaperInterval.
