@@ -495,7 +495,7 @@ func drain(ctx context.Context, h *dispatchfn.Handler, store *lease.Store, budge
 		invokeCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		sum, err := h.Handle(invokeCtx, json.RawMessage(`{}`))
 		cancel()
-		sums = append(sums, sum)
+		sums = append(sums, sum.Summary)
 		if err != nil {
 			return sums, err
 		}

@@ -39,6 +39,19 @@ const (
 	DefaultTargetConcurrency = 8
 	DefaultOrderedRun        = 100
 	DefaultBatchBytes        = 64 << 20
+	// DefaultPollInterval is how often a lingering invocation claims
+	// when it cannot LISTEN; ListeningPollInterval how often it claims
+	// anyway while it listens (a safety net for lost notifications and
+	// retries becoming due, which notify nobody). An idle deployment's
+	// claims per second are one or two lingering invocations' polls.
+	DefaultPollInterval   = 250 * time.Millisecond
+	ListeningPollInterval = 5 * time.Second
+	// DefaultMaxWorkers is one: no fan-out unless the deployment allows
+	// it (the template sets DispatchMaxWorkers).
+	DefaultMaxWorkers = 1
+	// DefaultFanoutGenerations: only an invocation started by the
+	// schedule (generation 0) starts workers.
+	DefaultFanoutGenerations = 1
 	// MaxBatchSize is the most messages outbox.claim_batch takes at once.
 	MaxBatchSize = 10_000
 	// MaxMaxBatches bounds the claims of one run.
@@ -60,6 +73,14 @@ const (
 	MaxTargetConcurrency = 256
 	// MaxBatchBytes caps OUTBOX_BATCH_MAX_BYTES.
 	MaxBatchBytes = 1 << 40
+	// MinPollInterval and MaxPollInterval bound OUTBOX_POLL_INTERVAL.
+	MinPollInterval = 10 * time.Millisecond
+	MaxPollInterval = time.Minute
+	// MaxMaxWorkers caps OUTBOX_MAX_WORKERS: Lambda's default account
+	// concurrency.
+	MaxMaxWorkers = 1000
+	// MaxFanoutGenerations caps OUTBOX_FANOUT_GENERATIONS.
+	MaxFanoutGenerations = 10
 	// MaxLease caps OUTBOX_LEASE.
 	MaxLease = 24 * time.Hour
 
@@ -132,6 +153,11 @@ var Variables = []Variable{
 	count("OUTBOX_TARGET_CONCURRENCY", DefaultTargetConcurrency, 1, MaxTargetConcurrency, "dispatch", "Targets published to at once within a batch (each target also bounds its own calls)."),
 	count("OUTBOX_ORDERED_RUN", DefaultOrderedRun, 1, MaxBatchSize, "dispatch", "Messages of one ordering key a claim hands out: the key's head and those queued behind it, delivered in order ({min}-{max})."),
 	count("OUTBOX_BATCH_MAX_BYTES", DefaultBatchBytes, MinBatchBytes, MaxBatchBytes, "dispatch", "Payload bytes one claim may load (at least {min}): the memory budget per batch; two batches are in memory at once."),
+	text("OUTBOX_LINGER", "off", "dispatch", "on: after draining, an invocation waits for new work until its deadline less the safety margin, woken by LISTEN/NOTIFY or polling; off (or 0) returns at once (the template turns it on)."),
+	text("OUTBOX_LISTEN", "on", "dispatch", "on: a lingering invocation LISTENs on a connection of its own (claiming anyway every "+shortDuration(ListeningPollInterval)+"); off polls every OUTBOX_POLL_INTERVAL (behind RDS Proxy, where LISTEN pins a session)."),
+	duration("OUTBOX_POLL_INTERVAL", DefaultPollInterval, MinPollInterval, MaxPollInterval, "dispatch", "How often a lingering invocation claims when it does not listen."),
+	count("OUTBOX_MAX_WORKERS", DefaultMaxWorkers, 1, MaxMaxWorkers, "dispatch", "Most dispatch invocations a backlog may run at once ({min}-{max}): a run with more backlog than time starts up to this many less one by asynchronous self-invocation; 1 starts none. Set it to the function's reserved concurrency."),
+	count("OUTBOX_FANOUT_GENERATIONS", DefaultFanoutGenerations, 1, MaxFanoutGenerations, "dispatch", "How many generations of fan-out a chain may have ({min}-{max}): an invocation of this generation starts no more, so that a fan-out can never loop."),
 	count("OUTBOX_ATTEMPT_CEILING", outboxtype.DefaultAttemptCeiling, 1, MaxAttemptCeiling, "dispatch, reaper", "Hard ceiling on attempts the database applies whatever a route says ({min}-{max}); a route's retry.max_attempts may not exceed it."),
 
 	// Reaper.

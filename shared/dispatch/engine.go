@@ -188,6 +188,15 @@ func (s *Summary) target(kind string) *TargetStats {
 	return t
 }
 
+// Add adds another run's figures to s (not its duration or why it
+// stopped): an invocation that runs the engine several times answers
+// their sum.
+func (s *Summary) Add(run Summary) {
+	s.Batches += run.Batches
+	s.Claimed += run.Claimed
+	s.merge(&run)
+}
+
 // merge adds a batch's figures to the run's.
 func (s *Summary) merge(part *Summary) {
 	s.Delivered += part.Delivered

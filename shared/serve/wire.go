@@ -5,12 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
-	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
@@ -51,21 +46,12 @@ func Open(ctx context.Context, setup dispatchconfig.Serve, deps handler.Deps, cf
 		reaper = r
 	}
 
-	listenPool, err := openListenPool(ctx, setup.Dispatch.Database, deps)
+	connect, closeListen, err := dispatchfn.ListenConnector(ctx, setup.Dispatch.Database, deps, ListenApplicationName)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
 	}
-	closers = append(closers, listenPool.Close)
-	connect := func(ctx context.Context) (*pgx.Conn, error) {
-		c, err := listenPool.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		// The listener owns its connection for as long as it lives; a
-		// failed one is closed, and the pool opens the next.
-		return c.Hijack(), nil
-	}
+	closers = append(closers, closeListen)
 
 	if cfg.Log == nil {
 		cfg.Log = h.RT.Log
@@ -84,26 +70,4 @@ func Open(ctx context.Context, setup dispatchconfig.Serve, deps handler.Deps, cf
 		return nil, nil, err
 	}
 	return s, closeAll, nil
-}
-
-// openListenPool opens a one-connection pool from the dispatch function's
-// database settings (a URL, a Secrets Manager secret or RDS IAM).
-func openListenPool(ctx context.Context, dbCfg dbpool.Config, deps handler.Deps) (*pgxpool.Pool, error) {
-	dbCfg.MaxConns = 1
-	var pd dbpool.Deps
-	if deps.AWS != nil {
-		pd.AWS = deps.AWS.Copy()
-	} else if dbCfg.Source != dbpool.SourceURL {
-		// Only a secret or an IAM token needs AWS.
-		var err error
-		if pd.AWS, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
-			return nil, fmt.Errorf("load the AWS configuration: %w", err)
-		}
-	}
-	pd.ApplicationName = ListenApplicationName
-	pool, err := dbpool.Open(ctx, dbCfg, pd)
-	if err != nil {
-		return nil, fmt.Errorf("the notification listener's connection: %w", err)
-	}
-	return pool, nil
 }

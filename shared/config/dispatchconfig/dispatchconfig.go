@@ -13,9 +13,12 @@ package dispatchconfig
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/fanout"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/route"
 )
@@ -24,6 +27,11 @@ import (
 type Dispatch struct {
 	config.Function
 	Engine dispatch.Config
+	// Linger is what an invocation does once drained.
+	Linger Linger
+	// FanOut bounds the workers a backlog starts (Function is the
+	// runtime's function name; empty outside Lambda).
+	FanOut fanout.Config
 	// AttemptCeiling bounds the attempts of every message: the store's,
 	// and every route's max_attempts (Routes was checked against it).
 	AttemptCeiling int
@@ -32,6 +40,17 @@ type Dispatch struct {
 	// signing_secret_env names ("" when it is unset), for the webhook
 	// targets to decode.
 	SigningSecrets map[string]string
+}
+
+// Linger is how an invocation waits for new work after draining.
+type Linger struct {
+	// Enabled: wait until the deadline less the safety margin.
+	Enabled bool
+	// Listen: LISTEN on a connection of its own, claiming anyway every
+	// ListenPollInterval; otherwise claim every PollInterval.
+	Listen             bool
+	PollInterval       time.Duration
+	ListenPollInterval time.Duration
 }
 
 // Serve is outboxctl serve's configuration: the dispatch function's, and
@@ -107,6 +126,20 @@ func load(env config.Env, fn config.Function) (Dispatch, error) {
 			Names:             engineNames,
 		},
 		AttemptCeiling: config.AttemptCeiling(r),
+		Linger: Linger{
+			Enabled: onOff(r, "OUTBOX_LINGER"), Listen: onOff(r, "OUTBOX_LISTEN"),
+			PollInterval: r.Duration("OUTBOX_POLL_INTERVAL"), ListenPollInterval: config.ListeningPollInterval,
+		},
+	}
+	d.FanOut = fanout.Config{
+		Function: fn.Lambda.FunctionName, MaxWorkers: r.Int("OUTBOX_MAX_WORKERS"), Generations: r.Int("OUTBOX_FANOUT_GENERATIONS"),
+		FunctionTimeout: d.Engine.FunctionTimeout, SafetyMargin: d.Engine.SafetyMargin,
+	}
+	if d.FanOut.SafetyMargin == 0 {
+		d.FanOut.SafetyMargin = config.DefaultSafetyMargin
+	}
+	if d.FanOut.MaxWorkers > 1 && fn.Lambda.FunctionName != "" && d.Engine.FunctionTimeout == 0 {
+		r.Fail("OUTBOX_MAX_WORKERS", "is %d but OUTBOX_FUNCTION_TIMEOUT is unset: fan-out sizes its workers by the function timeout", d.FanOut.MaxWorkers)
 	}
 	for _, ns := range d.Engine.Namespaces {
 		if !outbox.NamePattern.MatchString(ns) {
@@ -129,6 +162,19 @@ func load(env config.Env, fn config.Function) (Dispatch, error) {
 		d.SigningSecrets = signingSecrets(env, routes)
 	}
 	return d, errors.Join(problems...)
+}
+
+// onOff reads an on/off switch: on, true, 1 or off, false, 0.
+func onOff(r *config.Reader, name string) bool {
+	switch v := strings.ToLower(r.String(name)); v {
+	case "on", "true", "1":
+		return true
+	case "off", "false", "0":
+		return false
+	default:
+		r.Fail(name, "must be on or off, got %q", v)
+		return false
+	}
 }
 
 // loadRoutes reads the routes named by OUTBOX_ROUTES (the configuration as

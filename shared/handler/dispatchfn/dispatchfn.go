@@ -12,6 +12,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/fanout"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/publish/publishers"
@@ -19,12 +20,26 @@ import (
 )
 
 // Event is the dispatch function's event: optional overrides of its
-// configuration, e.g. {"batch_size":500,"namespaces":["mini-chat"],"max_batches":10}.
+// configuration, e.g. {"batch_size":500,"namespaces":["mini-chat"],"max_batches":10},
+// or a fan-out worker's start (package fanout), e.g.
+// {"source":"outbox.fanout","generation":1,"reason":"backlog","backlog":240000}.
 type Event struct {
 	BatchSize  int      `json:"batch_size,omitempty"`
 	MaxBatches int      `json:"max_batches,omitempty"`
 	Namespaces []string `json:"namespaces,omitempty"`
+
+	// Source is fanout.Source for an invocation started by fan-out;
+	// Generation its generation (1 for the workers a scheduled invocation
+	// starts); Reason why it was started (fanout.ReasonBacklog); Backlog
+	// the claimable messages its starter counted.
+	Source     string `json:"source,omitempty"`
+	Generation int    `json:"generation,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Backlog    int    `json:"backlog,omitempty"`
 }
+
+// Worker reports whether the event started a fan-out worker.
+func (ev Event) Worker() bool { return ev.Source == fanout.Source }
 
 // ParseEvent validates a dispatch event.
 func ParseEvent(raw []byte) (Event, error) {
@@ -46,6 +61,18 @@ func ParseEvent(raw []byte) (Event, error) {
 			return fail("namespaces: %q is not a namespace", ns)
 		}
 	}
+	switch {
+	case ev.Source != "" && ev.Source != fanout.Source:
+		return fail("source must be %q or absent, got %q", fanout.Source, ev.Source)
+	case ev.Source == "" && (ev.Generation != 0 || ev.Reason != "" || ev.Backlog != 0):
+		return fail("generation, reason and backlog belong to a fan-out event (source %q)", fanout.Source)
+	case ev.Worker() && (ev.Generation < 1 || ev.Generation > config.MaxFanoutGenerations):
+		return fail("generation must be between 1 and %d, got %d", config.MaxFanoutGenerations, ev.Generation)
+	case ev.Worker() && ev.Reason != fanout.ReasonBacklog:
+		return fail("reason must be %q, got %q", fanout.ReasonBacklog, ev.Reason)
+	case ev.Backlog < 0:
+		return fail("backlog must not be negative, got %d", ev.Backlog)
+	}
 	return ev, nil
 }
 
@@ -56,21 +83,26 @@ type Handler struct {
 	// WorkerPrefix starts every worker id (the function name); the
 	// invocation's request id completes it.
 	WorkerPrefix string
+	// Elastic is how an invocation lingers and fans out (zero: it does
+	// neither).
+	Elastic Elastic
 }
 
-// Handle runs one bounded dispatch, logs one summary line and writes the
-// invocation's metrics.
-func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Summary, error) {
+// Handle runs one dispatch invocation (one bounded run, or with linger and
+// fan-out as many as its time allows), logs one summary line and writes
+// the invocation's metrics.
+func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Answer, error) {
 	log, cold := h.RT.Begin(ctx)
 	ev, err := ParseEvent(raw)
 	if err != nil {
 		log.Error("malformed event", "error", err.Error())
-		return dispatch.Summary{}, err
+		return Answer{}, err
 	}
-	summary, err := h.Engine.Run(ctx, dispatch.Request{
+	answer, err := h.invocation(ctx, log, ev, dispatch.Request{
 		WorkerID: handler.WorkerID(ctx, h.WorkerPrefix), BatchSize: ev.BatchSize,
 		MaxBatches: ev.MaxBatches, Namespaces: ev.Namespaces, Log: log,
 	})
+	summary := answer.Summary
 	m := h.RT.Metrics(ctx, cold)
 	handler.Put(m, "Claimed", float64(summary.Claimed), emf.Count)
 	handler.Put(m, "Delivered", float64(summary.Delivered), emf.Count)
@@ -81,6 +113,7 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 	handler.Put(m, "Held", float64(summary.Held), emf.Count)
 	handler.Put(m, "Batches", float64(summary.Batches), emf.Count)
 	handler.Put(m, "RunDuration", float64(summary.DurationMS), emf.Milliseconds)
+	putElastic(m, answer)
 	for kind, ts := range summary.Targets {
 		dims := []emf.Dimension{{Name: "TargetType", Value: kind}}
 		handler.PutWith(m, dims, "Delivered", float64(ts.Delivered), emf.Count)
@@ -95,13 +128,22 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (dispatch.Sum
 		"worker_id", summary.WorkerID, "batches", summary.Batches, "claimed", summary.Claimed,
 		"delivered", summary.Delivered, "retried", summary.Retried, "dead", summary.Dead,
 		"lease_lost", summary.LeaseLost, "released", summary.Released, "held", summary.Held, "duration_ms", summary.DurationMS, "stopped_by", summary.StoppedBy,
+		"generation", answer.Generation, "runs", answer.Runs, "lingered_ms", answer.LingeredMS,
+		"notify_wakeups", answer.NotifyWakeups, "polls", answer.Polls,
+	}
+	if f := answer.FanOut; f != nil {
+		attrs = append(attrs, "fanout_backlog", f.Backlog, "fanout_wanted", f.Wanted, "fanout_started", f.Started,
+			"fanout_throttled", f.Throttled, "fanout_failed", f.Failed, "fanout_skipped", f.Skipped)
+		if f.FirstFailure != "" {
+			log.Warn("fan-out: an Invoke of a worker failed", "error", f.FirstFailure, "failed", f.Failed)
+		}
 	}
 	if err != nil {
 		log.Error("dispatch failed", append(attrs, "error", err.Error())...)
-		return summary, &handler.InvocationError{Function: "dispatch", Err: err}
+		return answer, &handler.InvocationError{Function: "dispatch", Err: err}
 	}
 	log.Info("dispatch finished", attrs...)
-	return summary, nil
+	return answer, nil
 }
 
 // New builds the dispatch handler from its configuration: the pool, one
@@ -126,5 +168,11 @@ func New(ctx context.Context, cfg dispatchconfig.Dispatch, deps handler.Deps) (*
 		return nil, nil, err
 	}
 	engine.SetTracer(rt.Tracer)
-	return &Handler{Engine: engine, RT: rt, WorkerPrefix: rt.FunctionName()}, c.Close, nil
+	h := &Handler{Engine: engine, RT: rt, WorkerPrefix: rt.FunctionName()}
+	closeAll := c.Close
+	if h.Elastic, closeAll, err = newElastic(ctx, cfg, deps, c); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return h, closeAll, nil
 }

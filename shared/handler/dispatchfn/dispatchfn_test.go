@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
+	"github.com/outboxkit/dispatcher/shared/fanout"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
@@ -59,5 +61,34 @@ func TestTheAttemptCeilingBoundsTheRoutes(t *testing.T) {
 				t.Fatalf("cold start error = %v\nwant one with the line %s", err, tc.refusal)
 			}
 		})
+	}
+}
+
+// The fan-out event (events/dispatch-fanout.json) is what a worker starts
+// with: it decodes to a generation-1 worker, and anything else that claims
+// to be one is refused, naming the field.
+func TestParseFanOutEvent(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../../events/dispatch-fanout.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := dispatchfn.ParseEvent(raw)
+	if err != nil || !ev.Worker() || ev.Generation != 1 || ev.Reason != fanout.ReasonBacklog || ev.Backlog != 240000 {
+		t.Fatalf("events/dispatch-fanout.json: %+v, %v", ev, err)
+	}
+	if ev, err := dispatchfn.ParseEvent([]byte(`{}`)); err != nil || ev.Worker() || ev.Generation != 0 {
+		t.Errorf("a scheduled event: %+v, %v; want generation 0, not a worker", ev, err)
+	}
+	for raw, want := range map[string]string{
+		`{"source":"aws.events"}`: `source must be "outbox.fanout" or absent, got "aws.events"`,
+		`{"generation":2}`:        "generation, reason and backlog belong to a fan-out event",
+		`{"source":"outbox.fanout","generation":0,"reason":"backlog"}`:  "generation must be between 1 and 10, got 0",
+		`{"source":"outbox.fanout","generation":11,"reason":"backlog"}`: "generation must be between 1 and 10, got 11",
+		`{"source":"outbox.fanout","generation":1,"reason":"boredom"}`:  `reason must be "backlog", got "boredom"`,
+	} {
+		if _, err := dispatchfn.ParseEvent([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %s", raw, err, want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/fanout"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/testkit/eventfuzz"
@@ -30,6 +31,13 @@ func FuzzParseEvent(f *testing.F) {
 		`{"detail-type":"Scheduled Event","detail":{"batch_size":50,"namespaces":["billing"]}}`,
 		`{"detail-type":"Scheduled Event","detail":{"batch_size":-5}}`,
 		`{"detail-type":"Scheduled Event","source":"aws.events","unexpected":1}`,
+		`{"source":"outbox.fanout","generation":1,"reason":"backlog","backlog":240000}`,
+		`{"source":"outbox.fanout","generation":10,"reason":"backlog","backlog":0,"namespaces":["billing"]}`,
+		`{"source":"outbox.fanout","generation":11,"reason":"backlog"}`, `{"source":"outbox.fanout","generation":0,"reason":"backlog"}`,
+		`{"source":"outbox.fanout","generation":1,"reason":"boredom"}`, `{"source":"outbox.fanout","generation":1}`,
+		`{"source":"outbox.fanout","generation":1,"reason":"backlog","backlog":-1}`, `{"source":"aws.events"}`,
+		`{"generation":2}`, `{"backlog":5}`, `{"source":"outbox.fanout","generation":"1","reason":"backlog"}`,
+		`{"detail-type":"Scheduled Event","detail":{"source":"outbox.fanout","generation":1,"reason":"backlog"}}`,
 	) {
 		f.Add([]byte(s))
 	}
@@ -41,6 +49,10 @@ func FuzzParseEvent(f *testing.F) {
 		}
 		if ev.BatchSize < 0 || ev.BatchSize > config.MaxBatchSize || ev.MaxBatches < 0 || ev.MaxBatches > 1000 {
 			t.Fatalf("accepted out of range: %+v from %q", ev, raw)
+		}
+		if ev.Worker() != (ev.Generation > 0) || ev.Generation > config.MaxFanoutGenerations || ev.Backlog < 0 ||
+			(ev.Source != "" && ev.Reason != fanout.ReasonBacklog) {
+			t.Fatalf("accepted a fan-out event out of range: %+v from %q", ev, raw)
 		}
 		for _, ns := range ev.Namespaces {
 			if !outbox.NamePattern.MatchString(ns) {
