@@ -112,11 +112,10 @@ type Situation struct {
 	Rate float64
 	// Left is the time until its deadline.
 	Left time.Duration
-	// Continuous: it goes on claiming until its deadline. Otherwise it
-	// returns after its run, and RunBudget bounds what one worker's run
-	// may claim.
+	// Continuous: it goes on claiming until its deadline (otherwise it
+	// returns after its run, and takes no share of the backlog). Workers
+	// always do.
 	Continuous bool
-	RunBudget  int
 	// Namespaces restricts its claims, and so the workers'.
 	Namespaces []string
 }
@@ -136,12 +135,9 @@ type Decision struct {
 	FirstFailure string `json:"-"`
 }
 
-// Plan sizes the fleet: how many workers to start for backlog.
+// plan sizes the fleet: how many workers to start for backlog.
 func (s *Starter) plan(sit Situation, backlog int) int {
 	perWorker := sit.Rate * (s.cfg.FunctionTimeout - s.cfg.SafetyMargin).Seconds()
-	if !sit.Continuous && sit.RunBudget > 0 {
-		perWorker = min(perWorker, float64(sit.RunBudget))
-	}
 	var own float64
 	if sit.Continuous {
 		own = sit.Rate * max(sit.Left-s.cfg.SafetyMargin, 0).Seconds()

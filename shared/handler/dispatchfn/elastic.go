@@ -33,8 +33,6 @@ type Elastic struct {
 	SafetyMargin time.Duration
 	// FanOut, when set, starts workers on a backlog (nil: none).
 	FanOut *fanout.Starter
-	// RunBudget is the most one run claims (MaxBatches × BatchSize).
-	RunBudget int
 }
 
 // Answer is the dispatch function's answer: the runs' summed Summary
@@ -133,7 +131,7 @@ func (h *Handler) invocation(ctx context.Context, log *slog.Logger, ev Event, re
 
 // fanOut takes the fan-out decision after a run that left work behind.
 func (h *Handler) fanOut(ctx context.Context, log *slog.Logger, ev Event, req dispatch.Request, run dispatch.Summary, took time.Duration, continuous bool) *fanout.Decision {
-	sit := fanout.Situation{Generation: ev.Generation, Continuous: continuous, RunBudget: h.Elastic.RunBudget, Namespaces: req.Namespaces}
+	sit := fanout.Situation{Generation: ev.Generation, Continuous: continuous, Namespaces: req.Namespaces}
 	if took > 0 {
 		sit.Rate = float64(run.Claimed) / took.Seconds()
 	}
@@ -166,8 +164,6 @@ func putElastic(m *emf.Logger, a Answer) {
 // with its Lambda client. The returned function closes them and c.
 func newElastic(ctx context.Context, cfg dispatchconfig.Dispatch, deps handler.Deps, c *handler.Common) (Elastic, func(), error) {
 	el := Elastic{SafetyMargin: cfg.Engine.WithDefaults().SafetyMargin}
-	engine := cfg.Engine.WithDefaults()
-	el.RunBudget = engine.MaxBatches * engine.BatchSize
 	closers := []func(){c.Close}
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
