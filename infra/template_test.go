@@ -917,3 +917,63 @@ func TestREADMEDocumentsEveryParameter(t *testing.T) {
 		}
 	}
 }
+
+// The dispatch function's reserved concurrency is DispatchMaxWorkers, which
+// also sets OUTBOX_MAX_WORKERS: Lambda itself bounds fan-out, and with it
+// the database connections, whoever invokes the function. Its name is fixed
+// per stack so that its own policy can name it (a !GetAtt of the function
+// in its role's policy would be a circular reference), and the self-invoke
+// grant names that ARN and no other.
+func TestFanOutIsBoundedByReservedConcurrencyAndScopedToItself(t *testing.T) {
+	t.Parallel()
+	tpl := load(t)
+	props := tpl.get("Resources", "DispatchFunction", "Properties")
+	if rc := props.get("ReservedConcurrentExecutions"); rc.tag() != "!Ref" || rc.str() != "DispatchMaxWorkers" {
+		t.Errorf("ReservedConcurrentExecutions is %s %q, want !Ref DispatchMaxWorkers", rc.tag(), rc.str())
+	}
+	vars := props.get("Environment", "Variables")
+	for name, param := range map[string]string{
+		"OUTBOX_MAX_WORKERS": "DispatchMaxWorkers", "OUTBOX_LINGER": "DispatchLinger",
+		"OUTBOX_LISTEN": "DispatchListen", "OUTBOX_POLL_INTERVAL": "DispatchPollInterval",
+	} {
+		if v := vars.get(name); v.tag() != "!Ref" || v.str() != param {
+			t.Errorf("%s is %s %q, want !Ref %s", name, v.tag(), v.str(), param)
+		}
+	}
+	const self = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-dispatch"
+	if name := props.get("FunctionName"); name.tag() != "!Sub" || name.str() != "${AWS::StackName}-dispatch" {
+		t.Errorf("FunctionName is %s %q, want !Sub ${AWS::StackName}-dispatch", name.tag(), name.str())
+	}
+	var selfInvoke int
+	walk(props.get("Policies").Node, "Policies", func(_ string, n *yaml.Node) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		m := node{n}
+		if m.get("Sid").str() != "FanOutToItself" {
+			return
+		}
+		selfInvoke++
+		if a := m.get("Action").str(); a != "lambda:InvokeFunction" {
+			t.Errorf("FanOutToItself allows %q, want lambda:InvokeFunction only", a)
+		}
+		if r := m.get("Resource"); r.tag() != "!Sub" || r.str() != self {
+			t.Errorf("FanOutToItself names %s %q, want the function's own ARN %s", r.tag(), r.str(), self)
+		}
+	})
+	if selfInvoke != 1 {
+		t.Errorf("%d FanOutToItself statements, want 1", selfInvoke)
+	}
+	// Defaults that overlap: each tick's invocation lingers past the next
+	// tick, so one is always listening.
+	params := tpl.get("Parameters")
+	if params.get("DispatchLinger", "Default").str() != "on" || params.get("DispatchListen", "Default").str() != "on" {
+		t.Error("linger and listen are not on by default")
+	}
+	if timeout, schedule := params.get("DispatchTimeout", "Default").str(), params.get("DispatchSchedule", "Default").str(); timeout != "75" || schedule != "rate(1 minute)" {
+		t.Errorf("DispatchTimeout %s s with %s: the defaults no longer overlap as the README says", timeout, schedule)
+	}
+	if min := params.get("DispatchMaxWorkers", "MinValue").str(); min != "2" {
+		t.Errorf("DispatchMaxWorkers MinValue %s, want 2: a lingering invocation and the next tick's run at once", min)
+	}
+}

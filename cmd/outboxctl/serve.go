@@ -32,7 +32,11 @@ retries that became due, and runs the reaper every --reaper-interval.
 
 SIGTERM or SIGINT stops claiming; the batch in hand is delivered and
 completed (at most --shutdown-timeout, after which it is completed as
-retryable), and the process exits 0. Logs are JSON lines on stdout.`,
+retryable), and the process exits 0. Logs are JSON lines on stdout, and so
+are the metrics, every --metrics-interval: the dispatch function's names
+(Claimed, Delivered, Retried, DeadLettered, LeaseLost, Batches) and the
+wake-ups (NotifyWakeups, Polls) in CloudWatch Embedded Metric Format, which
+the CloudWatch agent or a log shipper turns into metrics.`,
 		Example: `  OUTBOX_ROUTES_FILE=routes.yaml outboxctl serve
   outboxctl serve --poll-interval 5s --reaper-interval 0     # the reaper function runs elsewhere
   OUTBOX_LOG_LEVEL=debug outboxctl serve --debounce 50ms      # a line per batch`,
@@ -45,6 +49,8 @@ retryable), and the process exits 0. Logs are JSON lines on stdout.`,
 				return usagef("--debounce must be positive, got %s", cfg.Debounce)
 			case cfg.ReaperInterval < 0:
 				return usagef("--reaper-interval must not be negative (0 turns the reaper off), got %s", cfg.ReaperInterval)
+			case cfg.MetricsInterval <= 0:
+				return usagef("--metrics-interval must be positive, got %s", cfg.MetricsInterval)
 			case cfg.ShutdownTimeout <= 0:
 				return usagef("--shutdown-timeout must be positive, got %s", cfg.ShutdownTimeout)
 			case cfg.BatchSize < 0:
@@ -71,6 +77,7 @@ retryable), and the process exits 0. Logs are JSON lines on stdout.`,
 	f.DurationVar(&cfg.Debounce, "debounce", serve.DefaultDebounce, "after a notification, wait this long for more commits before claiming")
 	f.DurationVar(&cfg.ReaperInterval, "reaper-interval", time.Minute, "run the reaper this often, and at start (0: never)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "on SIGTERM, how long the batch in hand may take")
+	f.DurationVar(&cfg.MetricsInterval, "metrics-interval", serve.DefaultMetricsInterval, "print the dispatch metrics (CloudWatch EMF on stdout, NotifyWakeups and Polls among them) this often, and at exit")
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, fmt.Sprintf("messages per claim (default $OUTBOX_BATCH_SIZE, %d)", config.DefaultBatchSize))
 	return cmd
 }

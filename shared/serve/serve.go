@@ -43,7 +43,9 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
+	"github.com/outboxkit/dispatcher/shared/telemetry/emf"
 	"github.com/outboxkit/dispatcher/shared/wake"
 )
 
@@ -55,6 +57,7 @@ const (
 	DefaultPollInterval    = time.Second
 	DefaultDebounce        = 10 * time.Millisecond
 	DefaultShutdownTimeout = 30 * time.Second
+	DefaultMetricsInterval = time.Minute
 
 	// A failed drain is tried again after a delay doubling from the
 	// first to the last.
@@ -102,6 +105,13 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Log receives the server's own events (default: discarded).
 	Log *slog.Logger
+	// Metrics, when set, receives an EMF document every MetricsInterval
+	// (default DefaultMetricsInterval) and one at shutdown, with the
+	// dispatch function's metric names for what the server did in that
+	// interval, and its wake-ups (NotifyWakeups, Polls). Open sets it to
+	// the dispatch runtime, which writes to the process's stdout.
+	Metrics         *handler.Runtime
+	MetricsInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -116,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.MetricsInterval <= 0 {
+		c.MetricsInterval = DefaultMetricsInterval
 	}
 	return c
 }
@@ -225,9 +238,16 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.reaper != nil {
 		wg.Go(func() { s.reap(ctx) })
 	}
+	var last Totals
+	if s.cfg.Metrics != nil {
+		wg.Go(func() { s.reportMetrics(ctx, &last) })
+	}
 	s.dispatchLoop(ctx, work)
 	wg.Wait()
 	s.waker.Close()
+	if s.cfg.Metrics != nil {
+		s.writeMetrics(ctx, &last) // what the last interval did
+	}
 
 	t := s.Totals()
 	log.Info("serve stopped", "worker_id", s.cfg.WorkerID, "batches", t.Batches, "claimed", t.Claimed,
@@ -288,6 +308,43 @@ func (s *Server) record(sum dispatch.Summary) {
 	s.leaseLost.Add(int64(sum.LeaseLost))
 	s.cfg.Log.Debug("batch done", "worker_id", sum.WorkerID, "claimed", sum.Claimed, "delivered", sum.Delivered,
 		"retried", sum.Retried, "dead", sum.Dead, "lease_lost", sum.LeaseLost, "duration_ms", sum.DurationMS)
+}
+
+// reportMetrics writes the metrics of each MetricsInterval until ctx ends.
+func (s *Server) reportMetrics(ctx context.Context, last *Totals) {
+	ticker := time.NewTicker(s.cfg.MetricsInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			s.writeMetrics(ctx, last)
+		}
+	}
+}
+
+// writeMetrics writes one EMF document of what happened since last, and
+// moves last on. Only reportMetrics, then Run after it, call it.
+func (s *Server) writeMetrics(ctx context.Context, last *Totals) {
+	now := s.Totals()
+	rt := s.cfg.Metrics
+	m := rt.Metrics(context.WithoutCancel(ctx), false)
+	for _, v := range []struct {
+		name string
+		now  int64
+		then int64
+	}{
+		{"Batches", now.Batches, last.Batches}, {"Claimed", now.Claimed, last.Claimed},
+		{"Delivered", now.Delivered, last.Delivered}, {"Retried", now.Retried, last.Retried},
+		{"DeadLettered", now.Dead, last.Dead}, {"LeaseLost", now.LeaseLost, last.LeaseLost},
+		{"NotifyWakeups", now.Wakeups, last.Wakeups}, {"Polls", now.Polls, last.Polls},
+		{"ListenReconnects", now.Reconnects, last.Reconnects},
+	} {
+		handler.Put(m, v.name, float64(v.now-v.then), emf.Count)
+	}
+	rt.Flush(m, s.cfg.Log)
+	*last = now
 }
 
 // reap runs the reaper at once and then every ReaperInterval.

@@ -22,6 +22,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
 	"github.com/outboxkit/dispatcher/shared/serve"
 	"github.com/outboxkit/dispatcher/shared/sink"
+	"github.com/outboxkit/dispatcher/shared/testkit/emftest"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
@@ -444,4 +445,66 @@ func TestServeBoundsPublishingByTheLease(t *testing.T) {
 		t.Errorf("%d retryable outcomes recorded for %d calls: completions were refused", retryable, gotCalls)
 	}
 	t.Logf("in 7 s: %d calls, at most %d in flight at once, %d RETRYABLE outcomes recorded, no ZOMBIE_REQUEUE", gotCalls, gotMost, retryable)
+}
+
+// syncBuffer is a bytes.Buffer the server writes to while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
+// The server writes the dispatch function's metrics in EMF, with its
+// wake-ups: a delivery woken by a notification shows as Delivered and
+// NotifyWakeups, summed over the intervals.
+func TestServerReportsTheFunctionsMetrics(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	snk := newSink(t, 0)
+	out := &syncBuffer{}
+	setup, err := dispatchconfig.LoadServe(environment(db, snk, nil), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, closeFn, err := serve.Open(ctx, setup, handler.Deps{Stdout: out}, serve.Config{PollInterval: noPoll, MetricsInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	<-s.Listening()
+	time.Sleep(200 * time.Millisecond)
+	enqueue(t, db.Pool, message("metered"))
+	snk.waitFor(t, "metered", notifyBound)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	closeFn()
+	sums := map[string]float64{}
+	for _, d := range emftest.Parse(t, out.Bytes()) {
+		for name, v := range d.Metrics {
+			for _, x := range v.Values {
+				sums[name] += x
+			}
+		}
+	}
+	if sums["Delivered"] != 1 || sums["Claimed"] != 1 || sums["NotifyWakeups"] < 1 {
+		t.Errorf("metrics summed over the intervals: %v; want the one delivery and the wake-up that caused it", sums)
+	}
+	if tot := s.Totals(); float64(tot.Wakeups) != sums["NotifyWakeups"] || float64(tot.Polls) != sums["Polls"] {
+		t.Errorf("totals %+v, metrics %v: every wake-up is reported once", tot, sums)
+	}
 }

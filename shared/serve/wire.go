@@ -56,6 +56,9 @@ func Open(ctx context.Context, setup dispatchconfig.Serve, deps handler.Deps, cf
 	if cfg.Log == nil {
 		cfg.Log = h.RT.Log
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = h.RT
+	}
 	if cfg.WorkerID == "" {
 		host, _ := os.Hostname()
 		cfg.WorkerID = handler.WorkerID(ctx, "serve@"+host)

@@ -41,7 +41,8 @@ type Config struct {
 	Schedule    string
 	Compression float64
 	// Timeout, MemoryMB and ReservedConcurrency are the dispatch
-	// function's (defaults the template's: 60 s, 256 MB, none).
+	// function's (defaults the template's: 75 s, 256 MB,
+	// DispatchMaxWorkers 8).
 	Timeout             time.Duration
 	MemoryMB            int
 	ReservedConcurrency int
@@ -64,12 +65,20 @@ type Config struct {
 
 // Template defaults of the dispatch function (template.yaml).
 const (
-	TemplateSchedule   = "rate(1 minute)"
-	TemplateTimeout    = 60 * time.Second
-	TemplateMemoryMB   = 256
-	TemplateBatchSize  = 500
-	TemplateMaxBatches = 20
-	TemplateOrderedRun = 100
+	TemplateSchedule     = "rate(1 minute)"
+	TemplateTimeout      = 75 * time.Second
+	TemplateMemoryMB     = 256
+	TemplateBatchSize    = 500
+	TemplateMaxBatches   = 20
+	TemplateOrderedRun   = 100
+	TemplateMaxWorkers   = 8
+	TemplateLinger       = "on"
+	TemplateListen       = "on"
+	TemplatePollInterval = "250ms"
+	// TemplateMaximumEventAge is the dispatch function's
+	// MaximumEventAgeInSeconds: a tick or a fan-out event still queued
+	// after it is dropped.
+	TemplateMaximumEventAge = time.Minute
 )
 
 // TemplateEnv is the dispatch function's environment as the template sets
@@ -80,6 +89,10 @@ func TemplateEnv(timeout time.Duration) []string {
 		fmt.Sprintf("OUTBOX_MAX_BATCHES=%d", TemplateMaxBatches),
 		fmt.Sprintf("OUTBOX_ORDERED_RUN=%d", TemplateOrderedRun),
 		fmt.Sprintf("OUTBOX_FUNCTION_TIMEOUT=%ds", int(timeout.Seconds())),
+		fmt.Sprintf("OUTBOX_MAX_WORKERS=%d", TemplateMaxWorkers),
+		"OUTBOX_LINGER=" + TemplateLinger,
+		"OUTBOX_LISTEN=" + TemplateListen,
+		"OUTBOX_POLL_INTERVAL=" + TemplatePollInterval,
 		"OUTBOX_METRICS_NAMESPACE=Outbox",
 		// LoggingConfig: LogFormat JSON, ApplicationLogLevel INFO.
 		"AWS_LAMBDA_LOG_FORMAT=JSON",
@@ -111,6 +124,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MemoryMB == 0 {
 		c.MemoryMB = TemplateMemoryMB
+	}
+	if c.ReservedConcurrency == 0 {
+		c.ReservedConcurrency = TemplateMaxWorkers
+	}
+	if c.Async.MaximumEventAge == 0 {
+		c.Async.MaximumEventAge = TemplateMaximumEventAge
 	}
 	return c
 }

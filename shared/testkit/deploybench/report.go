@@ -100,6 +100,8 @@ func (r Report) Print(w io.Writer) {
 		d.SyncThrottles, d.AsyncThrottles, sum(d.Dropped), d.AsyncRetries, d.GBSeconds, d.BilledDuration.Round(time.Millisecond))
 	p("answers", "%d batches, %d claimed, %d delivered, %d retried, %d dead; stopped by %s",
 		r.Answers.Batches, r.Answers.Claimed, r.Answers.Delivered, r.Answers.Retried, r.Answers.Dead, counts(r.Answers.StoppedBy))
+	p("elastic", "%d fan-out workers (started %d, throttled %d); lingered %s, woken %d times by NOTIFY, %d by polling",
+		r.Answers.Workers, r.Answers.FanOutStarted, r.Answers.FanOutThrottled, r.Answers.Lingered.Round(time.Millisecond), r.Answers.NotifyWakeups, r.Answers.Polls)
 	p("claims", "outbox.claim_batch called %d times in %s: %.2f a second", r.ClaimCalls, r.Elapsed.Round(time.Millisecond), r.ClaimsPerSecond())
 	for _, l := range r.ErrorLines {
 		p("error line", "%s", l)

@@ -192,6 +192,12 @@ type Answers struct {
 	// StoppedBy counts the invocations by why they stopped (drained,
 	// max_batches, deadline).
 	StoppedBy map[string]int
+	// Workers counts the invocations fan-out started (generation 1 or
+	// more); FanOutStarted and FanOutThrottled sum the fan-out decisions;
+	// NotifyWakeups and Polls how lingering waits ended; Lingered their
+	// time.
+	Workers, FanOutStarted, FanOutThrottled, NotifyWakeups, Polls int
+	Lingered                                                      time.Duration
 }
 
 func sumAnswers(invs []lambdaemu.Invocation) Answers {
@@ -204,6 +210,15 @@ func sumAnswers(invs []lambdaemu.Invocation) Answers {
 			Retried   int    `json:"retried"`
 			Dead      int    `json:"dead"`
 			StoppedBy string `json:"stopped_by"`
+
+			Generation    int   `json:"generation"`
+			LingeredMS    int64 `json:"lingered_ms"`
+			NotifyWakeups int   `json:"notify_wakeups"`
+			Polls         int   `json:"polls"`
+			FanOut        *struct {
+				Started   int `json:"started"`
+				Throttled int `json:"throttled"`
+			} `json:"fanout"`
 		}
 		if inv.Outcome != lambdaemu.OutcomeSucceeded || json.Unmarshal(inv.Response, &s) != nil {
 			continue
@@ -214,6 +229,16 @@ func sumAnswers(invs []lambdaemu.Invocation) Answers {
 		a.Retried += s.Retried
 		a.Dead += s.Dead
 		a.StoppedBy[s.StoppedBy]++
+		if s.Generation > 0 {
+			a.Workers++
+		}
+		if s.FanOut != nil {
+			a.FanOutStarted += s.FanOut.Started
+			a.FanOutThrottled += s.FanOut.Throttled
+		}
+		a.NotifyWakeups += s.NotifyWakeups
+		a.Polls += s.Polls
+		a.Lingered += time.Duration(s.LingeredMS) * time.Millisecond
 	}
 	return a
 }

@@ -41,7 +41,7 @@ func main() {
 	flag.StringVar(&cfg.Schedule, "schedule", deploybench.TemplateSchedule, "the dispatch schedule (a rate expression)")
 	flag.Float64Var(&cfg.Compression, "compression", 12, "how many times faster than real time the schedule ticks")
 	flag.DurationVar(&cfg.Timeout, "timeout", deploybench.TemplateTimeout, "the dispatch function's timeout")
-	flag.IntVar(&cfg.ReservedConcurrency, "reserved-concurrency", 0, "the dispatch function's reserved concurrency (0: none)")
+	flag.IntVar(&cfg.ReservedConcurrency, "reserved-concurrency", deploybench.TemplateMaxWorkers, "the dispatch function's reserved concurrency (the template's DispatchMaxWorkers)")
 	flag.StringVar(&env, "env", "", "extra dispatch function variables, KEY=VALUE,KEY=VALUE (override the template's)")
 	flag.StringVar(&server, "database-url", pgtest.URL(), "PostgreSQL superuser URL (it creates and drops a scratch database)")
 	flag.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
