@@ -52,6 +52,9 @@ const (
 	// DefaultFanoutGenerations: only an invocation started by the
 	// schedule (generation 0) starts workers.
 	DefaultFanoutGenerations = 1
+	// DefaultFanoutDrainWithin is how soon fan-out means to drain a
+	// backlog.
+	DefaultFanoutDrainWithin = 30 * time.Second
 	// MaxBatchSize is the most messages outbox.claim_batch takes at once.
 	MaxBatchSize = 10_000
 	// MaxMaxBatches bounds the claims of one run.
@@ -157,6 +160,7 @@ var Variables = []Variable{
 	text("OUTBOX_LISTEN", "on", "dispatch", "on: a lingering invocation LISTENs on a connection of its own (claiming anyway every "+shortDuration(ListeningPollInterval)+"); off polls every OUTBOX_POLL_INTERVAL (behind RDS Proxy, where LISTEN pins a session)."),
 	duration("OUTBOX_POLL_INTERVAL", DefaultPollInterval, MinPollInterval, MaxPollInterval, "dispatch", "How often a lingering invocation claims when it does not listen."),
 	count("OUTBOX_MAX_WORKERS", DefaultMaxWorkers, 1, MaxMaxWorkers, "dispatch", "Most dispatch invocations a backlog may run at once ({min}-{max}): a run with more backlog than time starts up to this many less one by asynchronous self-invocation; 1 starts none. Set it to the function's reserved concurrency."),
+	duration("OUTBOX_FANOUT_DRAIN_WITHIN", DefaultFanoutDrainWithin, time.Second, MaxFunctionTimeout, "dispatch", "Fan-out sizes the fleet to drain the backlog within this, at the rate the deciding invocation measured (or before the deadline, when that comes first)."),
 	count("OUTBOX_FANOUT_GENERATIONS", DefaultFanoutGenerations, 1, MaxFanoutGenerations, "dispatch", "How many generations of fan-out a chain may have ({min}-{max}): an invocation of this generation starts no more, so that a fan-out can never loop."),
 	count("OUTBOX_ATTEMPT_CEILING", outboxtype.DefaultAttemptCeiling, 1, MaxAttemptCeiling, "dispatch, reaper", "Hard ceiling on attempts the database applies whatever a route says ({min}-{max}); a route's retry.max_attempts may not exceed it."),
 

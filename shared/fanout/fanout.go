@@ -77,6 +77,11 @@ type Config struct {
 	// FunctionTimeout and SafetyMargin size one worker's share.
 	FunctionTimeout time.Duration
 	SafetyMargin    time.Duration
+	// DrainWithin, when positive, is how soon the fleet should drain the
+	// backlog: each invocation's share is what it delivers within it (or
+	// before its deadline, when that comes first). Zero: before the
+	// deadline.
+	DrainWithin time.Duration
 }
 
 // Enabled reports whether fan-out may start anything.
@@ -137,10 +142,16 @@ type Decision struct {
 
 // plan sizes the fleet: how many workers to start for backlog.
 func (s *Starter) plan(sit Situation, backlog int) int {
-	perWorker := sit.Rate * (s.cfg.FunctionTimeout - s.cfg.SafetyMargin).Seconds()
+	horizon := func(d time.Duration) time.Duration {
+		if s.cfg.DrainWithin > 0 {
+			d = min(d, s.cfg.DrainWithin)
+		}
+		return max(d, 0)
+	}
+	perWorker := sit.Rate * horizon(s.cfg.FunctionTimeout-s.cfg.SafetyMargin).Seconds()
 	var own float64
 	if sit.Continuous {
-		own = sit.Rate * max(sit.Left-s.cfg.SafetyMargin, 0).Seconds()
+		own = sit.Rate * horizon(sit.Left-s.cfg.SafetyMargin).Seconds()
 	}
 	if float64(backlog) <= own || perWorker < 1 {
 		return 0

@@ -134,6 +134,7 @@ func load(env config.Env, fn config.Function) (Dispatch, error) {
 	d.FanOut = fanout.Config{
 		Function: fn.Lambda.FunctionName, MaxWorkers: r.Int("OUTBOX_MAX_WORKERS"), Generations: r.Int("OUTBOX_FANOUT_GENERATIONS"),
 		FunctionTimeout: d.Engine.FunctionTimeout, SafetyMargin: d.Engine.SafetyMargin,
+		DrainWithin: r.Duration("OUTBOX_FANOUT_DRAIN_WITHIN"),
 	}
 	if d.FanOut.SafetyMargin == 0 {
 		d.FanOut.SafetyMargin = config.DefaultSafetyMargin
