@@ -36,8 +36,9 @@ type Config struct {
 	RouteConcurrency int
 
 	// Schedule is the dispatch schedule (default the template's
-	// "rate(1 minute)"), run Compression times faster (default 12: a
-	// "minute" of 5 s).
+	// "rate(1 minute)"), run Compression times faster (default 1: real
+	// time, since a lingering invocation outlasts a tick and a compressed
+	// schedule would stack them).
 	Schedule    string
 	Compression float64
 	// Timeout, MemoryMB and ReservedConcurrency are the dispatch
@@ -117,7 +118,7 @@ func (c Config) withDefaults() Config {
 		c.Schedule = TemplateSchedule
 	}
 	if c.Compression == 0 {
-		c.Compression = 12
+		c.Compression = 1
 	}
 	if c.Timeout == 0 {
 		c.Timeout = TemplateTimeout

@@ -91,7 +91,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 
-	schedule, err := emu.Schedule(lambdaemu.ScheduleConfig{Function: dispatchFunction, Expression: cfg.Schedule, Compression: cfg.Compression})
+	// The first tick comes at once: the deployment is running when the
+	// producers start, as it would be in steady state (a rate schedule's
+	// first tick would otherwise wait a whole period).
+	schedule, err := emu.Schedule(lambdaemu.ScheduleConfig{Function: dispatchFunction, Expression: cfg.Schedule,
+		Compression: cfg.Compression, FirstTickAfter: time.Millisecond})
 	if err != nil {
 		return rep, err
 	}

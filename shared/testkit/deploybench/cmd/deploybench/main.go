@@ -5,7 +5,7 @@
 // database on the server -database-url names (by default the test server,
 // OUTBOX_TEST_DATABASE_URL) and drops it.
 //
-//	go run ./shared/testkit/deploybench/cmd/deploybench [-rate 1000] [-duration 60s] [-compression 12] …
+//	go run ./shared/testkit/deploybench/cmd/deploybench [-rate 1000] [-duration 60s] [-compression 1] …
 package main
 
 import (
@@ -39,7 +39,7 @@ func main() {
 	flag.DurationVar(&cfg.TargetLatency, "latency", 20*time.Millisecond, "the webhook target's time per call")
 	flag.IntVar(&cfg.RouteConcurrency, "route-concurrency", 64, "the route's calls in flight")
 	flag.StringVar(&cfg.Schedule, "schedule", deploybench.TemplateSchedule, "the dispatch schedule (a rate expression)")
-	flag.Float64Var(&cfg.Compression, "compression", 12, "how many times faster than real time the schedule ticks")
+	flag.Float64Var(&cfg.Compression, "compression", 1, "how many times faster than real time the schedule ticks (lingering invocations outlast a compressed tick)")
 	flag.DurationVar(&cfg.Timeout, "timeout", deploybench.TemplateTimeout, "the dispatch function's timeout")
 	flag.IntVar(&cfg.ReservedConcurrency, "reserved-concurrency", deploybench.TemplateMaxWorkers, "the dispatch function's reserved concurrency (the template's DispatchMaxWorkers)")
 	flag.StringVar(&env, "env", "", "extra dispatch function variables, KEY=VALUE,KEY=VALUE (override the template's)")
