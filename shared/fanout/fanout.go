@@ -31,9 +31,10 @@ const (
 	SkippedNoRate          = "no_rate"
 )
 
-// estimateCap bounds the count the decision reads: beyond it, the fleet is
-// the largest allowed anyway.
-const estimateCap = 10_000_000
+// estimateCap bounds the count the decision reads: outbox.claimable_estimate
+// takes no larger limit (SQLSTATE 22023), and beyond it the fleet is the
+// largest allowed anyway at any rate a 2-core database serves.
+const estimateCap = 1_000_000
 
 // invokeTimeout bounds one asynchronous Invoke, which Lambda answers on
 // acceptance (202), before the worker runs.

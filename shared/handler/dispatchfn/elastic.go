@@ -61,10 +61,11 @@ type Answer struct {
 // or its deadline nears, and does not linger: the scheduled invocations
 // are the ones listening. The first run that ends on its batch budget —
 // work remains — decides fan-out, by the rate it measured.
-func (h *Handler) invocation(ctx context.Context, log *slog.Logger, ev Event, req dispatch.Request) (Answer, error) {
+func (h *Handler) invocation(ctx context.Context, log *slog.Logger, ev Event, req dispatch.Request) (answer Answer, err error) {
 	start := time.Now()
-	answer := Answer{Generation: ev.Generation}
+	answer.Generation = ev.Generation
 	answer.WorkerID = req.WorkerID
+	// A named result, so that the duration reaches the caller on every path.
 	defer func() { answer.DurationMS = time.Since(start).Milliseconds() }()
 
 	el := h.Elastic
@@ -79,7 +80,8 @@ func (h *Handler) invocation(ctx context.Context, log *slog.Logger, ev Event, re
 	decided := el.FanOut == nil
 	for {
 		runStart := time.Now()
-		sum, err := h.Engine.Run(ctx, req)
+		var sum dispatch.Summary
+		sum, err = h.Engine.Run(ctx, req)
 		answer.Add(sum)
 		answer.Runs++
 		answer.StoppedBy = sum.StoppedBy
