@@ -235,7 +235,7 @@ func TestDeadListAndShow(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"dead"}, 2, "dead needs a subcommand: list, show or purge"},
+		{[]string{"dead"}, 2, "dead needs a subcommand: list, purge or show"},
 		{[]string{"dead", "bury"}, 2, `unknown dead subcommand "bury"`},
 		{[]string{"dead", "show"}, 2, "needs a message id"},
 		{[]string{"dead", "show", "not-a-uuid"}, 2, `"not-a-uuid" is not a message id`},
@@ -342,7 +342,8 @@ func TestInvoke(t *testing.T) {
 		want string
 	}{
 		{env, []string{"invoke"}, 2, "invoke needs a function: dispatch, dlq-replay, metrics, reaper"},
-		{env, []string{"invoke", "dispatcher"}, 2, `unknown function "dispatcher": use dispatch, dlq-replay, metrics, reaper`},
+		{env, []string{"invoke", "dispatcher"}, 2, `unknown function "dispatcher": did you mean dispatch?`},
+		{env, []string{"invoke", "flush"}, 2, `unknown function "flush": use dispatch, dlq-replay, metrics, reaper`},
 		{env, []string{"invoke", "dlq-replay"}, 2, "dlq-replay has no schedule event: pass --event FILE"},
 		{env, []string{"invoke", "reaper", "--event", "/no/such.json"}, 2, "--event /no/such.json: no such file or directory"},
 		{invocation{env: env.env, stdin: "{"}, []string{"invoke", "reaper", "--event", "-"}, 2, "--event - is not valid JSON"},

@@ -36,13 +36,6 @@ them (outboxctl discard), or purges those older than a window (dead purge).`,
   outboxctl dead show 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d
   outboxctl dead list --json | jq -r '.dead_letters[].id'
   outboxctl dead purge --older-than 30d --yes --reason "30-day retention"`,
-		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown dead subcommand %q: use list, show or purge", args[0])
-			}
-			return usagef("dead needs a subcommand: list, show or purge")
-		},
 	}
 	cmd.AddCommand(newDeadListCommand(g), newDeadShowCommand(g), newDeadPurgeCommand(g))
 	return cmd

@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // deadFilterFlags are the dead-letter replay function's filters as flags,
@@ -39,6 +40,9 @@ func (f *deadFilterFlags) register(fs *pflag.FlagSet, limitUsage string) {
 
 // event is the replay function's event for these filters.
 func (f *deadFilterFlags) event(now time.Time) (replayfn.Event, error) {
+	if err := checkErrorCode(f.errorCode); err != nil {
+		return replayfn.Event{}, err
+	}
 	ev := replayfn.Event{
 		MessageIDs: f.ids, Namespace: f.namespace, Topic: f.topic, ErrorCode: f.errorCode, Limit: f.limit,
 	}
@@ -56,6 +60,26 @@ func (f *deadFilterFlags) event(now time.Time) (replayfn.Event, error) {
 		*tf.into = &t
 	}
 	return ev, nil
+}
+
+// checkErrorCode refuses an --error-code that no dispatcher records: a
+// typo would otherwise match no dead letter, and a dry run would say there
+// is nothing to replay while the letters wait.
+func checkErrorCode(code string) error {
+	if code == "" {
+		return nil
+	}
+	names := make([]string, len(outboxtype.Codes))
+	for i, c := range outboxtype.Codes {
+		if string(c) == code {
+			return nil
+		}
+		names[i] = string(c)
+	}
+	if near := suggest(code, names); len(near) > 0 {
+		return usagef("--error-code %q is not an error code: did you mean %s? (the codes: %s)", code, orList(near), strings.Join(names, ", "))
+	}
+	return usagef("--error-code %q is not an error code: use one of %s", code, strings.Join(names, ", "))
 }
 
 // parseReplayFlags validates ev with replayfn.ParseEvent, the function's own

@@ -78,7 +78,11 @@ metrics documents go to stderr.
 FUNCTION is one of dispatch, reaper, dlq-replay, metrics. The event comes
 from --event (a file, or - for stdin); by default it is the function's
 schedule event, {} (events/<function>-schedule.json). dlq-replay has no
-schedule: give it an event, e.g. events/dlq-replay-dry-run.json.`,
+schedule: give it an event, e.g. events/dlq-replay-dry-run.json.
+
+Before dispatch runs, it warns of each namespace/topic with pending messages
+that no route matches: dispatch holds those as NO_ROUTE (retried with a
+capped backoff, never delivered) until a route covers them.`,
 		Example: `  outboxctl invoke reaper
   outboxctl invoke metrics
   OUTBOX_ROUTES_FILE=routes.yaml outboxctl invoke dispatch --event events/dispatch-overrides.json
@@ -89,6 +93,9 @@ schedule: give it an event, e.g. events/dlq-replay-dry-run.json.`,
 				return usagef("invoke needs a function: %s", functionNames())
 			}
 			if functions[args[0]] == nil {
+				if near := suggest(args[0], strings.Split(functionNames(), ", ")); len(near) > 0 {
+					return usagef("unknown function %q: did you mean %s?", args[0], orList(near))
+				}
 				return usagef("unknown function %q: use %s", args[0], functionNames())
 			}
 			return nil
@@ -103,6 +110,9 @@ schedule: give it an event, e.g. events/dlq-replay-dry-run.json.`,
 				return err
 			}
 			ctx := cmd.Context()
+			if name == "dispatch" {
+				warnUnroutedPending(ctx, cmd.ErrOrStderr(), g)
+			}
 			handle, closeFn, err := functions[name](ctx, g.env(), handler.Deps{Stdout: cmd.ErrOrStderr()})
 			if err != nil {
 				// What would fail the function's cold start: its

@@ -9,9 +9,10 @@
 //	serve                    a long-lived dispatcher woken by LISTEN/NOTIFY
 //	sink                     a local plugin endpoint that verifies and deduplicates
 //	demo                     the whole data path on this machine (make run)
+//	version                  the module version and VCS revision of this build
 //
 // Usage errors exit 2 and other failures 1, each with a one-line reason on
-// stderr. SIGINT and SIGTERM cancel the command's context: serve finishes
+// stderr (a configuration with several problems has one line each). SIGINT and SIGTERM cancel the command's context: serve finishes
 // its batch, status --watch and sink stop cleanly.
 package main
 
@@ -34,7 +35,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "outboxctl: interrupted")
 			os.Exit(130)
 		}
-		fmt.Fprintf(os.Stderr, "outboxctl: %s\n", oneLine(err))
+		printError(os.Stderr, err)
 		os.Exit(exitCode(err))
 	}
 }

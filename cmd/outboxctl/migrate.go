@@ -34,13 +34,6 @@ An empty outbox is rolled back without asking.`,
   outboxctl migrate down                # roll back the latest migration
   outboxctl migrate down --to 0         # remove the outbox entirely, if it holds no messages
   outboxctl migrate down --to 0 --yes   # remove it with the messages still in it`,
-		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown migrate subcommand %q: use up, down or status", args[0])
-			}
-			return usagef("migrate needs a subcommand: up, down or status")
-		},
 	}
 	open := func() (*migrations.Migrator, error) {
 		dbURL, err := g.database()
@@ -132,10 +125,26 @@ unless --yes is given. An empty outbox is rolled back without asking.`,
 	down.Flags().StringVar(&to, "to", "", "roll back every migration above this version (0: all)")
 	down.Flags().BoolVar(&yes, "yes", false, "roll back even while the outbox holds pending messages or dead letters")
 
+	var (
+		statusJSON bool
+		check      bool
+	)
 	status := &cobra.Command{
-		Use:   "status",
-		Short: "List the migrations and whether each is applied",
-		Args:  cobra.NoArgs,
+		Use:   "status [--json] [--check]",
+		Short: "List the migrations and whether each is applied (--check: exit 3 while any is pending)",
+		Long: `List the migrations embedded in this binary and whether each is applied.
+
+--json prints them as one JSON document: the latest version this binary
+knows, the version applied, and each migration with its state.
+
+--check is for deploy pipelines: it exits 3 while any migration is pending
+(a newer outboxctl than the database's schema), 0 when the schema is up to
+date. Exit codes: 0 up to date (or, without --check, listed), 1 the
+database could not be read, 2 a usage error, 3 migrations pending (--check).`,
+		Example: `  outboxctl migrate status
+  outboxctl migrate status --json | jq '.pending'
+  outboxctl migrate status --check || outboxctl migrate up   # in a deploy step`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, err := open()
 			if err != nil {
@@ -146,18 +155,78 @@ unless --yes is given. An empty outbox is rolled back without asking.`,
 			if err != nil {
 				return err
 			}
-			for _, s := range states {
-				state := "pending"
-				if s.Applied {
-					state = "applied"
+			doc := migrationStatusOf(states, m.Latest())
+			if statusJSON {
+				if err := writeJSON(cmd.OutOrStdout(), doc); err != nil {
+					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%-8s %05d  %s\n", state, s.Version, s.Source)
+			} else {
+				for _, s := range states {
+					state := "pending"
+					if s.Applied {
+						state = "applied"
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%-8s %05d  %s\n", state, s.Version, s.Source)
+				}
+			}
+			if check && doc.Pending > 0 {
+				return pendingMigrationsError{pending: doc.Pending, applied: doc.AppliedVersion, latest: doc.LatestVersion}
 			}
 			return nil
 		},
 	}
+	status.Flags().BoolVar(&statusJSON, "json", false, "print the migrations as JSON")
+	status.Flags().BoolVar(&check, "check", false, "exit 3 while any migration is pending")
 	cmd.AddCommand(up, down, status)
 	return cmd
+}
+
+// migrationStatus is migrate status --json's document.
+type migrationStatus struct {
+	// LatestVersion is the newest migration this binary holds.
+	LatestVersion int64 `json:"latest_version"`
+	// AppliedVersion is the newest applied one (0: none).
+	AppliedVersion int64                 `json:"applied_version"`
+	Pending        int                   `json:"pending"`
+	UpToDate       bool                  `json:"up_to_date"`
+	Migrations     []migrationStatusItem `json:"migrations"`
+}
+
+type migrationStatusItem struct {
+	Version int64  `json:"version"`
+	Source  string `json:"source"`
+	Applied bool   `json:"applied"`
+}
+
+func migrationStatusOf(states []migrations.Status, latest int64) migrationStatus {
+	doc := migrationStatus{LatestVersion: latest, Migrations: make([]migrationStatusItem, 0, len(states))}
+	for _, s := range states {
+		doc.Migrations = append(doc.Migrations, migrationStatusItem{Version: s.Version, Source: s.Source, Applied: s.Applied})
+		if s.Applied {
+			doc.AppliedVersion = max(doc.AppliedVersion, s.Version)
+		} else {
+			doc.Pending++
+		}
+	}
+	doc.UpToDate = doc.Pending == 0
+	return doc
+}
+
+// exitMigrationsPending is migrate status --check's exit status while
+// migrations are pending: apart from 1 (the database could not be read)
+// and 2 (usage), so that a pipeline can tell "migrate first" from "broken".
+const exitMigrationsPending = 3
+
+// pendingMigrationsError is migrate status --check's answer while
+// migrations wait to be applied.
+type pendingMigrationsError struct {
+	pending         int
+	applied, latest int64
+}
+
+func (e pendingMigrationsError) Error() string {
+	return fmt.Sprintf("%d migration%s pending (database at version %d, this outboxctl at %d): run `outboxctl migrate up`",
+		e.pending, plural(e.pending), e.applied, e.latest)
 }
 
 // countTimeout bounds counting the outbox before a rollback: count(*) reads

@@ -17,13 +17,7 @@ func newPendingCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pending list",
 		Short: "List pending messages: where each stands, its last error, and what an ordered one waits behind",
-		Args:  cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown pending subcommand %q: use list", args[0])
-			}
-			return usagef("pending needs a subcommand: list")
-		},
+		// A missing or unknown subcommand: finishCommandTree.
 	}
 	cmd.AddCommand(newPendingListCommand(g))
 	return cmd

@@ -26,10 +26,18 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// exitCode is main's exit status for err: 2 for usage errors, 3 for
+// migrate status --check while migrations are pending, 1 for the rest.
 func exitCode(err error) int {
-	var u usageError
-	if errors.As(err, &u) {
+	var (
+		u usageError
+		p pendingMigrationsError
+	)
+	switch {
+	case errors.As(err, &u):
 		return 2
+	case errors.As(err, &p):
+		return exitMigrationsPending
 	}
 	return 1
 }
@@ -114,18 +122,9 @@ but migrate also takes OUTBOX_DB_SECRET_ARN or RDS IAM settings, as the
 functions do.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			hint := "see outboxctl --help"
-			if suggestions := cmd.SuggestionsFor(args[0]); len(suggestions) > 0 {
-				hint = "did you mean " + strings.Join(suggestions, " or ") + "?"
-			}
-			return usagef("unknown command %q: %s", args[0], hint)
-		},
+		Version:       readBuildVersion().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", "", "PostgreSQL URL (default $OUTBOX_DATABASE_URL)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
@@ -144,7 +143,9 @@ functions do.`,
 		newServeCommand(g),
 		newSinkCommand(g),
 		newDemoCommand(g),
+		newVersionCommand(),
 	)
+	finishCommandTree(root)
 	return root
 }
 
