@@ -144,6 +144,7 @@ functions do.`,
 		newSinkCommand(g),
 		newDemoCommand(g),
 		newVersionCommand(),
+		newRoutesCommand(g),
 	)
 	finishCommandTree(root)
 	return root

@@ -43,8 +43,11 @@
 // "topic": "*"} wins over {"namespace": "*", "topic": "refund"} for the
 // message (payments, refund). The order of the routes in the configuration
 // does not matter; two routes with the same namespace and topic patterns
-// are an error. A message that no route matches is dead-lettered with the
-// terminal code NO_ROUTE: add a "*"/"*" route to catch everything.
+// are an error. A message that no route matches fails with NO_ROUTE, a
+// configuration failure: it is held and retried with a capped backoff, not
+// dead-lettered, until a route covers it. Add a "*"/"*" route to catch
+// everything; outboxctl routes check lists what a file routes where, and
+// outboxctl invoke dispatch warns of pending topics no route matches.
 //
 // # Reference
 //
