@@ -50,8 +50,12 @@ clean: ## Remove build outputs
 
 # `sam build` (BuildMethod: makefile) runs build-<LogicalId> with ARTIFACTS_DIR.
 lambda-build = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_GOFLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
+# Routes beyond Lambda's 4 KB environment: a routes file at the root ships
+# next to the dispatch function's bootstrap, for RoutesFile=/var/task/routes.json.
+ROUTES_FILES ?= $(wildcard routes.json routes.yaml routes.yml)
 build-DispatchFunction:
 	$(call lambda-build,dispatch)
+	$(if $(ROUTES_FILES),cp $(ROUTES_FILES) $(ARTIFACTS_DIR)/)
 build-ReaperFunction:
 	$(call lambda-build,reaper)
 build-DlqReplayFunction:

@@ -71,7 +71,7 @@ func newInvokeCommand(g *globalOptions) *cobra.Command {
 		Short: "Run a function's handler in-process, as the Lambda would, and print its answer",
 		Long: `Run one invocation of a function's handler in this process: the handler is
 built from the environment exactly as the function builds it at a cold start
-(OUTBOX_* variables, OUTBOX_ROUTES for dispatch, the AWS SDK's own settings),
+(OUTBOX_* variables, the routes for dispatch, the AWS SDK's own settings),
 given the event, and its JSON answer is printed on stdout. Its logs and
 metrics documents go to stderr.
 

@@ -9,11 +9,13 @@ import (
 	"os"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/config/ssmparam"
 	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
@@ -57,7 +59,12 @@ type globalOptions struct {
 // env is the environment as the commands see it: --database-url replaces
 // every database source of the process's.
 func (g *globalOptions) env() config.Env {
-	return config.Env{Getenv: g.getenv, ReadFile: os.ReadFile}.WithDatabaseURL(g.databaseURL)
+	env := config.Env{Getenv: g.getenv, ReadFile: os.ReadFile}.WithDatabaseURL(g.databaseURL)
+	// OUTBOX_ROUTES_SSM_PARAMETER, for invoke dispatch and serve.
+	env.ReadParameter = ssmparam.Reader(context.Background(), func(ctx context.Context) (aws.Config, error) {
+		return awsconfig.LoadDefaultConfig(ctx)
+	})
+	return env
 }
 
 const noDatabase = "no database: set OUTBOX_DATABASE_URL or pass --database-url"

@@ -20,7 +20,7 @@ func newServeCommand(g *globalOptions) *cobra.Command {
 		Long: `Run the dispatch engine as a long-lived process instead of a scheduled Lambda
 function: for deployments that need sub-second latency, or that run outside
 Lambda (a container, a VM, a laptop). It is configured exactly like the
-dispatch function (OUTBOX_ROUTES or OUTBOX_ROUTES_FILE, OUTBOX_BATCH_SIZE,
+dispatch function (OUTBOX_ROUTES, OUTBOX_ROUTES_FILE or OUTBOX_ROUTES_SSM_PARAMETER, OUTBOX_BATCH_SIZE,
 the database variables, the AWS SDK's own settings) and can run next to it:
 both claim with the same leases.
 

@@ -12,15 +12,24 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
+	"github.com/outboxkit/dispatcher/shared/config/ssmparam"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 )
 
 func main() {
-	cfg, err := dispatchconfig.Load(config.OS())
+	env := config.OS()
+	// Routes named by OUTBOX_ROUTES_SSM_PARAMETER are read here, once per
+	// cold start; nothing loads the AWS configuration for it otherwise.
+	env.ReadParameter = ssmparam.Reader(context.Background(), func(ctx context.Context) (aws.Config, error) {
+		return awsconfig.LoadDefaultConfig(ctx)
+	})
+	cfg, err := dispatchconfig.Load(env)
 	if err != nil {
 		handler.FailInit("dispatch", err)
 	}

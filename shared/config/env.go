@@ -1,6 +1,9 @@
 package config
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 // Env is where a configuration is read from: the process's in production
 // (OS), a map in tests, or the CLI's with its flags applied.
@@ -10,6 +13,10 @@ type Env struct {
 	Getenv func(string) string
 	// ReadFile reads OUTBOX_ROUTES_FILE. Nil: os.ReadFile.
 	ReadFile func(string) ([]byte, error)
+	// ReadParameter reads the SSM parameter OUTBOX_ROUTES_SSM_PARAMETER
+	// names (package ssmparam builds one). Nil: parameters cannot be read
+	// here, and naming one is an error.
+	ReadParameter func(name string) (string, error)
 }
 
 // OS is the process's environment.
@@ -20,6 +27,17 @@ func (e Env) Get(name string) string { return e.getenv()(name) }
 
 // Read reads a file the configuration names (OUTBOX_ROUTES_FILE's).
 func (e Env) Read(path string) ([]byte, error) { return e.readFile()(path) }
+
+// Parameter reads an SSM parameter the configuration names
+// (OUTBOX_ROUTES_SSM_PARAMETER's).
+func (e Env) Parameter(name string) (string, error) {
+	if e.ReadParameter == nil {
+		return "", errNoParameterStore
+	}
+	return e.ReadParameter(name)
+}
+
+var errNoParameterStore = errors.New("nothing reads SSM parameters in this process")
 
 func (e Env) getenv() func(string) string {
 	if e.Getenv == nil {

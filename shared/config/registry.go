@@ -143,8 +143,9 @@ var Variables = []Variable{
 	duration("OUTBOX_DB_CONNECT_TIMEOUT", dbpool.DefaultConnectTimeout, dbpool.MinTimeout, dbpool.MaxConnectTimeout, "all", "Timeout for opening a connection."),
 
 	// Routing (shared/route).
-	text("OUTBOX_ROUTES", "", "dispatch", "The routes as JSON (see Routes); one of OUTBOX_ROUTES and OUTBOX_ROUTES_FILE is required."),
-	text("OUTBOX_ROUTES_FILE", "", "dispatch", "Path of a JSON or YAML routes file, instead of OUTBOX_ROUTES."),
+	text("OUTBOX_ROUTES", "", "dispatch", "The routes as JSON (see Routes); exactly one of OUTBOX_ROUTES, OUTBOX_ROUTES_FILE and OUTBOX_ROUTES_SSM_PARAMETER is required."),
+	text("OUTBOX_ROUTES_FILE", "", "dispatch", "Path of a JSON or YAML routes file, e.g. /var/task/routes.json shipped next to bootstrap by sam build: routes beyond Lambda's 4 KB environment."),
+	text("OUTBOX_ROUTES_SSM_PARAMETER", "", "dispatch", "Name or ARN of an SSM parameter (String or SecureString, up to 8 KB as an advanced parameter) holding the routes as JSON or YAML, read once per cold start."),
 
 	// Dispatch (shared/dispatch).
 	count("OUTBOX_BATCH_SIZE", DefaultBatchSize, 1, MaxBatchSize, "dispatch", "Messages per claim ({min}-{max}); an event's batch_size overrides it."),

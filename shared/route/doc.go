@@ -14,9 +14,11 @@
 //
 // # Where the configuration comes from
 //
-// The config package reads it from OUTBOX_ROUTES (the configuration itself)
-// or OUTBOX_ROUTES_FILE (the path of a file holding it), hands Parse the
-// bytes, and names the variable (and the file) in the error's Source.
+// The config package reads it from OUTBOX_ROUTES (the configuration itself),
+// OUTBOX_ROUTES_FILE (the path of a file holding it) or
+// OUTBOX_ROUTES_SSM_PARAMETER (an SSM parameter holding it), hands Parse the
+// bytes, and names the variable (and the file or parameter) in the error's
+// Source.
 // Text whose first
 // character (after white space) is { or [ is read as JSON; anything else as
 // YAML, which is converted to JSON (sigs.k8s.io/yaml) and then decoded by

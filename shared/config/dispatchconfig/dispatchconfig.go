@@ -62,7 +62,7 @@ type Serve struct {
 }
 
 // ErrNoRoutes is wrapped by the error of a configuration without
-// OUTBOX_ROUTES or OUTBOX_ROUTES_FILE.
+// OUTBOX_ROUTES, OUTBOX_ROUTES_FILE or OUTBOX_ROUTES_SSM_PARAMETER.
 var ErrNoRoutes = errors.New("route: no routes configured")
 
 // engineNames names the engine's settings in its messages.
@@ -179,28 +179,43 @@ func onOff(r *config.Reader, name string) bool {
 }
 
 // loadRoutes reads the routes named by OUTBOX_ROUTES (the configuration as
-// text) or OUTBOX_ROUTES_FILE (a path): exactly one must be set. An
-// invalid configuration is a *route.ConfigError whose Source names the
-// variable (and the file).
+// text), OUTBOX_ROUTES_FILE (a path) or OUTBOX_ROUTES_SSM_PARAMETER (an SSM
+// parameter): exactly one must be set. An invalid configuration is a
+// *route.ConfigError whose Source names the variable (and the file or
+// parameter).
 func loadRoutes(env config.Env, opts route.Options) (*route.Table, error) {
-	text, path := env.Get("OUTBOX_ROUTES"), env.Get("OUTBOX_ROUTES_FILE")
+	text, path, parameter := env.Get("OUTBOX_ROUTES"), env.Get("OUTBOX_ROUTES_FILE"), env.Get("OUTBOX_ROUTES_SSM_PARAMETER")
+	var set []string
+	for _, v := range []struct{ name, value string }{
+		{"OUTBOX_ROUTES", text}, {"OUTBOX_ROUTES_FILE", path}, {"OUTBOX_ROUTES_SSM_PARAMETER", parameter},
+	} {
+		if v.value != "" {
+			set = append(set, v.name)
+		}
+	}
 	var (
 		data   []byte
 		source string
 	)
 	switch {
-	case text != "" && path != "":
-		return nil, errors.New("route: both OUTBOX_ROUTES and OUTBOX_ROUTES_FILE are set; set exactly one")
-	case text == "" && path == "":
-		return nil, fmt.Errorf("%w: set OUTBOX_ROUTES (the configuration as JSON) or OUTBOX_ROUTES_FILE (the path of a JSON or YAML file)", ErrNoRoutes)
+	case len(set) > 1:
+		return nil, fmt.Errorf("route: %s are set; set exactly one", strings.Join(set, " and "))
+	case len(set) == 0:
+		return nil, fmt.Errorf("%w: set OUTBOX_ROUTES (the configuration as JSON), OUTBOX_ROUTES_FILE (the path of a JSON or YAML file) or OUTBOX_ROUTES_SSM_PARAMETER (an SSM parameter holding it)", ErrNoRoutes)
 	case text != "":
 		data, source = []byte(text), "OUTBOX_ROUTES"
-	default:
+	case path != "":
 		var err error
 		if data, err = env.Read(path); err != nil {
 			return nil, fmt.Errorf("route: OUTBOX_ROUTES_FILE: reading %q: %w", path, err)
 		}
 		source = fmt.Sprintf("OUTBOX_ROUTES_FILE %q", path)
+	default:
+		value, err := env.Parameter(parameter)
+		if err != nil {
+			return nil, fmt.Errorf("route: OUTBOX_ROUTES_SSM_PARAMETER: reading %q: %w", parameter, err)
+		}
+		data, source = []byte(value), fmt.Sprintf("OUTBOX_ROUTES_SSM_PARAMETER %q", parameter)
 	}
 	t, err := route.Parse(data, opts)
 	if err != nil {

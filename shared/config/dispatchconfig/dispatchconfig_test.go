@@ -150,8 +150,9 @@ func TestLoadServe(t *testing.T) {
 	}
 }
 
-// The routes come from OUTBOX_ROUTES or OUTBOX_ROUTES_FILE, and an error
-// names the one used (and the file).
+// The routes come from OUTBOX_ROUTES, OUTBOX_ROUTES_FILE or
+// OUTBOX_ROUTES_SSM_PARAMETER, and an error names the one used (and the
+// file or parameter).
 func TestLoadRoutes(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -199,13 +200,17 @@ func TestLoadRoutes(t *testing.T) {
 	}
 
 	_, err = load(map[string]string{"OUTBOX_ROUTES": string(inline), "OUTBOX_ROUTES_FILE": jsonPath}, noFile)
-	if err == nil || err.Error() != "route: both OUTBOX_ROUTES and OUTBOX_ROUTES_FILE are set; set exactly one" {
+	if err == nil || err.Error() != "route: OUTBOX_ROUTES and OUTBOX_ROUTES_FILE are set; set exactly one" {
 		t.Errorf("both: err = %v, want one naming both variables", err)
+	}
+	_, err = load(map[string]string{"OUTBOX_ROUTES_FILE": jsonPath, "OUTBOX_ROUTES_SSM_PARAMETER": "/outbox/routes"}, noFile)
+	if err == nil || err.Error() != "route: OUTBOX_ROUTES_FILE and OUTBOX_ROUTES_SSM_PARAMETER are set; set exactly one" {
+		t.Errorf("file and parameter: err = %v, want one naming both variables", err)
 	}
 
 	_, err = load(map[string]string{"OUTBOX_ROUTE": "typo"}, noFile)
-	if !errors.Is(err, ErrNoRoutes) || err.Error() != "route: no routes configured: set OUTBOX_ROUTES (the configuration as JSON) or OUTBOX_ROUTES_FILE (the path of a JSON or YAML file)" {
-		t.Errorf("neither: err = %v, want ErrNoRoutes naming both variables", err)
+	if !errors.Is(err, ErrNoRoutes) || err.Error() != "route: no routes configured: set OUTBOX_ROUTES (the configuration as JSON), OUTBOX_ROUTES_FILE (the path of a JSON or YAML file) or OUTBOX_ROUTES_SSM_PARAMETER (an SSM parameter holding it)" {
+		t.Errorf("none: err = %v, want ErrNoRoutes naming the three variables", err)
 	}
 
 	missing := filepath.Join(dir, "missing.yaml")
@@ -235,4 +240,65 @@ func describeRoutes(t *route.Table) string {
 		fmt.Fprintf(&b, "%s %v %+v %+v %s %d\n", r.Name, r.Match, r.Target, r.Retry, r.Timeout, r.MaxPayloadBytes)
 	}
 	return b.String()
+}
+
+// OUTBOX_ROUTES_SSM_PARAMETER's value is read through Env.ReadParameter
+// (package ssmparam's reader in the function) and decoded as the other
+// sources are; an error names the parameter.
+func TestLoadRoutesFromAParameter(t *testing.T) {
+	t.Parallel()
+	yamlRoutes, err := os.ReadFile("../../route/testdata/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonRoutes, err := os.ReadFile("../../route/testdata/example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parameters := map[string]string{
+		"/outbox/routes": string(yamlRoutes),
+		"/outbox/bad":    `{"routes": []}`,
+	}
+	var reads []string
+	e := env(map[string]string{"OUTBOX_ROUTES_SSM_PARAMETER": "/outbox/routes"})
+	e.ReadParameter = func(name string) (string, error) {
+		reads = append(reads, name)
+		v, ok := parameters[name]
+		if !ok {
+			return "", fmt.Errorf("ParameterNotFound: %s", name)
+		}
+		return v, nil
+	}
+	table, err := loadRoutes(e, route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := loadRoutes(env(map[string]string{"OUTBOX_ROUTES": string(jsonRoutes)}), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := describeRoutes(table), describeRoutes(want); a != b {
+		t.Errorf("the parameter's table differs from OUTBOX_ROUTES's:\n%s\n%s", a, b)
+	}
+	if len(reads) != 1 {
+		t.Errorf("the parameter was read %d times, want once", len(reads))
+	}
+
+	bad := e
+	bad.Getenv = env(map[string]string{"OUTBOX_ROUTES_SSM_PARAMETER": "/outbox/bad"}).Getenv
+	_, err = loadRoutes(bad, route.Options{})
+	if first, _, _ := strings.Cut(fmt.Sprint(err), "\n"); first != `route: invalid configuration in OUTBOX_ROUTES_SSM_PARAMETER "/outbox/bad" (1 problem):` {
+		t.Errorf("invalid parameter: %v", err)
+	}
+	missing := e
+	missing.Getenv = env(map[string]string{"OUTBOX_ROUTES_SSM_PARAMETER": "/outbox/nope"}).Getenv
+	if _, err = loadRoutes(missing, route.Options{}); err == nil || err.Error() != `route: OUTBOX_ROUTES_SSM_PARAMETER: reading "/outbox/nope": ParameterNotFound: /outbox/nope` {
+		t.Errorf("missing parameter: %v", err)
+	}
+	// A process that cannot read parameters says so rather than
+	// pretending there are no routes.
+	if _, err = loadRoutes(env(map[string]string{"OUTBOX_ROUTES_SSM_PARAMETER": "/outbox/routes"}), route.Options{}); err == nil ||
+		!strings.Contains(err.Error(), "nothing reads SSM parameters in this process") {
+		t.Errorf("no parameter reader: %v", err)
+	}
 }
