@@ -16,6 +16,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -48,6 +49,8 @@ type Status struct {
 type Migrator struct {
 	db       *sql.DB
 	provider *goose.Provider
+	// pool, when the migrator was opened on one, is closed with it.
+	pool *pgxpool.Pool
 }
 
 // Open connects to databaseURL (a PostgreSQL URL or key=value string) and
@@ -57,10 +60,26 @@ func Open(databaseURL string) (*Migrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: parse database URL: %w", err)
 	}
-	db := stdlib.OpenDB(*cfg)
+	return open(stdlib.OpenDB(*cfg), nil)
+}
+
+// OpenPool prepares a migrator on pool — one built as the functions build
+// theirs (shared/pgconn: a URL, a Secrets Manager secret or RDS IAM
+// authentication) — and takes it over: Close closes it.
+func OpenPool(pool *pgxpool.Pool) (*Migrator, error) {
+	return open(stdlib.OpenDBFromPool(pool), pool)
+}
+
+func open(db *sql.DB, pool *pgxpool.Pool) (*Migrator, error) {
+	closeAll := func() {
+		db.Close()
+		if pool != nil {
+			pool.Close()
+		}
+	}
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
-		db.Close()
+		closeAll()
 		return nil, fmt.Errorf("migrations: advisory lock: %w", err)
 	}
 	provider, err := goose.NewProvider(goose.DialectPostgres, db, files,
@@ -68,14 +87,25 @@ func Open(databaseURL string) (*Migrator, error) {
 		goose.WithSessionLocker(locker),
 	)
 	if err != nil {
-		db.Close()
+		closeAll()
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return &Migrator{db: db, provider: provider}, nil
+	return &Migrator{db: db, provider: provider, pool: pool}, nil
 }
 
-// Close releases the migrator's connection.
-func (m *Migrator) Close() error { return m.db.Close() }
+// DB is the migrator's database, for what a tool checks before migrating
+// (outboxctl migrate down counts the messages a rollback would drop).
+func (m *Migrator) DB() *sql.DB { return m.db }
+
+// Close releases the migrator's connections (and the pool it was opened
+// on).
+func (m *Migrator) Close() error {
+	err := m.db.Close()
+	if m.pool != nil {
+		m.pool.Close()
+	}
+	return err
+}
 
 // Up applies every migration not yet applied. Running it again is a no-op.
 func (m *Migrator) Up(ctx context.Context) ([]Result, error) {

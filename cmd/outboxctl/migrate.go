@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/migrations"
@@ -18,6 +18,16 @@ func newMigrateCommand(g *globalOptions) *cobra.Command {
 		Use:   "migrate up|down|status",
 		Short: "Apply, roll back or list the outbox schema migrations",
 		Long: `Apply, roll back or list the outbox schema migrations embedded in this binary.
+
+The database is the one every command takes: --database-url or
+OUTBOX_DATABASE_URL, or the functions' own settings, a Secrets Manager secret
+(OUTBOX_DB_SECRET_ARN) or RDS IAM authentication (OUTBOX_DB_IAM_AUTH=true,
+OUTBOX_DB_HOST, OUTBOX_DB_NAME, OUTBOX_DB_USER), over TLS as the functions
+connect; statements may run for up to an hour unless
+OUTBOX_DB_STATEMENT_TIMEOUT says otherwise. The user must own schema outbox
+(the first migration creates it, and the roles). Inside a VPC with no
+laptop on the database network, the stack's migrate function runs the same
+migrations on deploy (see the README).
 
 Migrations create schema outbox, its functions and the NOLOGIN roles
 outbox_producer, outbox_dispatcher, outbox_operator and outbox_reader. Applied
@@ -35,20 +45,14 @@ An empty outbox is rolled back without asking.`,
   outboxctl migrate down --to 0         # remove the outbox entirely, if it holds no messages
   outboxctl migrate down --to 0 --yes   # remove it with the messages still in it`,
 	}
-	open := func() (*migrations.Migrator, error) {
-		dbURL, err := g.database()
-		if err != nil {
-			return nil, err
-		}
-		return migrations.Open(dbURL)
-	}
+	open := func(ctx context.Context) (*migrations.Migrator, error) { return g.openMigrator(ctx) }
 
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Apply every migration not yet applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := open()
+			m, err := open(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -94,13 +98,13 @@ unless --yes is given. An empty outbox is rolled back without asking.`,
 				}
 				target = version
 			}
-			m, err := open()
+			m, err := open(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer m.Close()
 			if !yes {
-				if err := refuseWhileMessagesWait(cmd.Context(), cmd.OutOrStdout(), m, g, target); err != nil {
+				if err := refuseWhileMessagesWait(cmd.Context(), cmd.OutOrStdout(), m, target); err != nil {
 					return err
 				}
 			}
@@ -146,7 +150,7 @@ database could not be read, 2 a usage error, 3 migrations pending (--check).`,
   outboxctl migrate status --check || outboxctl migrate up   # in a deploy step`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := open()
+			m, err := open(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -240,16 +244,12 @@ type outboxCounts struct{ pending, dead, attempts int64 }
 // rollback would touch an outbox that holds pending messages or dead
 // letters, it prints the counts and the migrations it would roll back, and
 // refuses as a usage error. target is --to, or -1 for one step.
-func refuseWhileMessagesWait(ctx context.Context, w io.Writer, m *migrations.Migrator, g *globalOptions, target int64) error {
+func refuseWhileMessagesWait(ctx context.Context, w io.Writer, m *migrations.Migrator, target int64) error {
 	plan, err := rollbackPlan(ctx, m, target)
 	if err != nil || len(plan) == 0 {
 		return err // with nothing to roll back, the migrator says so
 	}
-	dbURL, err := g.database()
-	if err != nil {
-		return err
-	}
-	n, err := countOutbox(ctx, dbURL)
+	n, err := countOutbox(ctx, m.DB())
 	if err != nil {
 		return err
 	}
@@ -294,28 +294,23 @@ func rollbackPlan(ctx context.Context, m *migrations.Migrator, target int64) ([]
 
 // countOutbox counts the messages and archived attempts in schema outbox
 // (none if there is no such schema), on the migrator's database.
-func countOutbox(ctx context.Context, dbURL string) (outboxCounts, error) {
+func countOutbox(ctx context.Context, db *sql.DB) (outboxCounts, error) {
 	ctx, cancel := context.WithTimeout(ctx, countTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return outboxCounts{}, fmt.Errorf("count the outbox's messages: connect to %s: %w", redact(dbURL), err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	var n outboxCounts
 	for _, c := range []struct {
 		table string
 		into  *int64
 	}{{"outbox.pending", &n.pending}, {"outbox.dead", &n.dead}, {"outbox.attempts", &n.attempts}} {
 		var exists bool
-		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, c.table).Scan(&exists); err != nil {
+		if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, c.table).Scan(&exists); err != nil {
 			return outboxCounts{}, fmt.Errorf("count the outbox's messages: %w", err)
 		}
 		if !exists {
 			continue
 		}
 		// c.table is one of the constants above, never input.
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+c.table).Scan(c.into); err != nil {
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+c.table).Scan(c.into); err != nil {
 			return outboxCounts{}, fmt.Errorf("count %s: %w", c.table, err)
 		}
 	}

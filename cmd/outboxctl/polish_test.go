@@ -2,19 +2,27 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/google/uuid"
+
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
+	"github.com/outboxkit/dispatcher/shared/testkit/moto"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
@@ -348,5 +356,58 @@ func TestInvokeDispatchWarnsOfUnroutedTopics(t *testing.T) {
 	enqueueMessages(t, d.Pool, outbox.Message{Namespace: "audit", Topic: "logout", Payload: json.RawMessage(`{}`)})
 	if r := cli(t, confined, "invoke", "dispatch"); strings.Contains(r.out, "warning:") {
 		t.Errorf("invoke dispatch confined to billing warns of audit:\n%s", r.out)
+	}
+}
+
+// migrate connects as the functions do: here with the database's Secrets
+// Manager secret (against moto_server), as from a bastion or a CI runner in
+// the VPC that has no database URL, only the function's settings.
+func TestMigrateWithTheFunctionsDatabaseSettings(t *testing.T) {
+	t.Parallel()
+	srv := moto.Start(t, "outboxctl migrate with a Secrets Manager secret")
+	bin := buildOutboxctl(t)
+	dbURL := pgtest.NewEmpty(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	secret, _ := json.Marshal(map[string]any{"engine": "postgres", "username": u.User.Username(), "password": "trust-auth-ignores-it",
+		"host": u.Hostname(), "port": port, "dbname": strings.TrimPrefix(u.Path, "/")})
+	out, err := secretsmanager.NewFromConfig(srv.Config()).CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
+		Name: aws.String("outbox-db-" + uuid.NewString()[:8]), SecretString: aws.String(string(secret))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = processEnv("OUTBOX_DB_SECRET_ARN="+aws.ToString(out.ARN), "OUTBOX_DB_SSLMODE=disable",
+			"AWS_ENDPOINT_URL="+srv.URL, "AWS_REGION="+moto.Region, "AWS_ACCESS_KEY_ID=testing", "AWS_SECRET_ACCESS_KEY=testing")
+		b, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return string(b), exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b), 0
+	}
+	if got, code := run("migrate", "status", "--check"); code != 3 {
+		t.Fatalf("migrate status --check on an empty database: exit %d\n%s", code, got)
+	}
+	if got, code := run("migrate", "up"); code != 0 || !strings.Contains(got, "applied 00001_outbox_tables.sql") {
+		t.Fatalf("migrate up with OUTBOX_DB_SECRET_ARN: exit %d\n%s", code, got)
+	}
+	if got, code := run("migrate", "status", "--check"); code != 0 {
+		t.Fatalf("migrate status --check after migrate up: exit %d\n%s", code, got)
+	}
+	// The rollback's safety count runs on the same connection settings.
+	pool := pgtest.Connect(t, dbURL)
+	if _, err := pool.Exec(context.Background(), `SELECT outbox.enqueue('billing', 'usage', '{}'::jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	if got, code := run("migrate", "down"); code != 2 || !strings.Contains(got, "1 pending message") {
+		t.Fatalf("migrate down with a message waiting: exit %d, want 2 and the count\n%s", code, got)
 	}
 }

@@ -124,9 +124,10 @@ deliveries.
 New here? "outboxctl demo" (make run) shows the whole data path on this
 machine in one command.
 
-The database comes from --database-url or OUTBOX_DATABASE_URL; every command
-but migrate also takes OUTBOX_DB_SECRET_ARN or RDS IAM settings, as the
-functions do.`,
+The database comes from --database-url or OUTBOX_DATABASE_URL, or, as the
+functions take it, OUTBOX_DB_SECRET_ARN (a Secrets Manager secret) or RDS IAM
+settings (OUTBOX_DB_IAM_AUTH=true with OUTBOX_DB_HOST, OUTBOX_DB_NAME and
+OUTBOX_DB_USER) — migrate included.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       readBuildVersion().String(),
