@@ -7,7 +7,7 @@ export OUTBOX_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmo
 
 .PHONY: help test bench migrate lint build clean
 
-FUNCTIONS := dispatch reaper dlq-replay metrics
+FUNCTIONS := dispatch reaper dlq-replay metrics migrate
 # Lambda builds: static, stripped, no RPC shim (provided.al2023 needs none).
 LAMBDA_GOFLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 LAMBDA_ARCH ?= arm64
@@ -62,6 +62,8 @@ build-DlqReplayFunction:
 	$(call lambda-build,dlq-replay)
 build-MetricsFunction:
 	$(call lambda-build,metrics)
+build-MigrateFunction:
+	$(call lambda-build,migrate)
 
 .PHONY: bench-compare
 bench-compare: ## Compare with River, watermill-sql and the bare-SQL floor; rewrites docs/BENCHMARKS.md and its plot (QUICK=1: a small run, written to $TMPDIR)

@@ -17,7 +17,7 @@ func TestShutdownClosesThePool(t *testing.T) {
 	t.Parallel()
 	for name, file := range map[string]string{
 		"dispatch": "dispatch-schedule.json", "reaper": "reaper-schedule.json",
-		"metrics": "metrics-schedule.json", "dlq-replay": "dlq-replay-dry-run.json",
+		"metrics": "metrics-schedule.json", "dlq-replay": "dlq-replay-dry-run.json", "migrate": "migrate-status.json",
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

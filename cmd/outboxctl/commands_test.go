@@ -341,9 +341,9 @@ func TestInvoke(t *testing.T) {
 		code int
 		want string
 	}{
-		{env, []string{"invoke"}, 2, "invoke needs a function: dispatch, dlq-replay, metrics, reaper"},
+		{env, []string{"invoke"}, 2, "invoke needs a function: dispatch, dlq-replay, metrics, migrate, reaper"},
 		{env, []string{"invoke", "dispatcher"}, 2, `unknown function "dispatcher": did you mean dispatch?`},
-		{env, []string{"invoke", "flush"}, 2, `unknown function "flush": use dispatch, dlq-replay, metrics, reaper`},
+		{env, []string{"invoke", "flush"}, 2, `unknown function "flush": use dispatch, dlq-replay, metrics, migrate, reaper`},
 		{env, []string{"invoke", "dlq-replay"}, 2, "dlq-replay has no schedule event: pass --event FILE"},
 		{env, []string{"invoke", "reaper", "--event", "/no/such.json"}, 2, "--event /no/such.json: no such file or directory"},
 		{invocation{env: env.env, stdin: "{"}, []string{"invoke", "reaper", "--event", "-"}, 2, "--event - is not valid JSON"},

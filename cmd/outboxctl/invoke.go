@@ -18,6 +18,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/dispatchfn"
 	"github.com/outboxkit/dispatcher/shared/handler/metricsfn"
+	"github.com/outboxkit/dispatcher/shared/handler/migratefn"
 	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
 	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 )
@@ -50,6 +51,10 @@ var functions = map[string]invocable{
 	"reaper":     build(config.LoadReaper, reaperfn.New, (*reaperfn.Handler).Handle),
 	"dlq-replay": build(config.LoadReplay, replayfn.New, (*replayfn.Handler).Handle),
 	"metrics":    build(config.LoadMetrics, metricsfn.New, (*metricsfn.Handler).Handle),
+	"migrate": build(config.LoadFunction, func(_ context.Context, cfg config.Function, deps handler.Deps) (*migratefn.Handler, func(), error) {
+		h, closeFn := migratefn.New(cfg, nil, deps)
+		return h, closeFn, nil
+	}, (*migratefn.Handler).Handle),
 }
 
 func functionNames() string {
@@ -75,16 +80,19 @@ built from the environment exactly as the function builds it at a cold start
 given the event, and its JSON answer is printed on stdout. Its logs and
 metrics documents go to stderr.
 
-FUNCTION is one of dispatch, reaper, dlq-replay, metrics. The event comes
-from --event (a file, or - for stdin); by default it is the function's
+FUNCTION is one of dispatch, reaper, dlq-replay, metrics, migrate. The event
+comes from --event (a file, or - for stdin); by default it is the function's
 schedule event, {} (events/<function>-schedule.json). dlq-replay has no
-schedule: give it an event, e.g. events/dlq-replay-dry-run.json.
+schedule: give it an event, e.g. events/dlq-replay-dry-run.json. migrate's
+{} applies the pending migrations, as the stack's custom resource has it do;
+events/migrate-status.json lists them.
 
 Before dispatch runs, it warns of each namespace/topic with pending messages
 that no route matches: dispatch holds those as NO_ROUTE (retried with a
 capped backoff, never delivered) until a route covers them.`,
 		Example: `  outboxctl invoke reaper
   outboxctl invoke metrics
+  outboxctl invoke migrate --event events/migrate-status.json
   OUTBOX_ROUTES_FILE=routes.yaml outboxctl invoke dispatch --event events/dispatch-overrides.json
   outboxctl invoke dlq-replay --event events/dlq-replay-dry-run.json
   echo '{"namespace":"billing","dry_run":true}' | outboxctl invoke dlq-replay --event -`,

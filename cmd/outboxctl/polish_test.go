@@ -411,3 +411,16 @@ func TestMigrateWithTheFunctionsDatabaseSettings(t *testing.T) {
 		t.Fatalf("migrate down with a message waiting: exit %d, want 2 and the count\n%s", code, got)
 	}
 }
+
+// The migrate function's handler runs in-process as the others do: {}
+// applies, the status event lists.
+func TestInvokeMigrate(t *testing.T) {
+	t.Parallel()
+	env := db(pgtest.NewEmpty(t))
+	cli(t, env, "invoke", "migrate", "--event", "../../events/migrate-status.json").wantOK(t, "invoke migrate (status)", `"action": "status"`, `"version": 0`)
+	r := cli(t, env, "invoke", "migrate")
+	r.wantOK(t, "invoke migrate", `"action": "up"`, `"00001_outbox_tables.sql"`, `"pending": 0`)
+	cli(t, env, "migrate", "status", "--check").wantOK(t, "migrate status --check after invoke migrate")
+	cli(t, env, "invoke", "migrate", "--event", "../../events/migrate-up.json").wantOK(t, "invoke migrate again", `"applied": []`)
+	cli(t, invocation{env: env.env, stdin: `{"action":"down"}`}, "invoke", "migrate", "--event", "-").wantError(t, "invoke migrate down", 2, "action must be up or status")
+}

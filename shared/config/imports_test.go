@@ -16,7 +16,7 @@ import (
 func TestTheOtherFunctionsDoNotLinkTheRoutes(t *testing.T) {
 	t.Parallel()
 	const module = "github.com/outboxkit/dispatcher/"
-	for _, fn := range []string{"reaper", "dlq-replay", "metrics"} {
+	for _, fn := range []string{"reaper", "dlq-replay", "metrics", "migrate"} {
 		seen := map[string]bool{}
 		var walk func(dir string, path []string)
 		walk = func(dir string, path []string) {
