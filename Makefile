@@ -19,18 +19,36 @@ MODULES := . shared/outbox
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: run
-run: ## The whole data path on this machine in one command (outboxctl demo): PostgreSQL, 20,000 messages, a signed webhook sink, dispatch, reaper, dead letters, replay
-	$(GO) run ./cmd/outboxctl demo
+.PHONY: run outboxctl
+run: outboxctl ## The whole data path on this machine in one command (outboxctl demo): PostgreSQL, 20,000 messages, a signed webhook sink, dispatch, reaper, dead letters, replay (ARGS="--messages 5000 …" passes flags)
+	bin/outboxctl demo $(ARGS)
 
-test: ## Run every test, race detector on, against the PostgreSQL at $OUTBOX_TEST_DATABASE_URL
+# go build prints nothing while it compiles, and the first build (an empty
+# build cache) takes minutes: say so before it starts.
+outboxctl: ## Build the operator CLI as bin/outboxctl (with its VCS revision: bin/outboxctl version)
+	@if [ ! -x bin/outboxctl ]; then echo "compiling outboxctl into bin/outboxctl: about 2 minutes the first time (an empty Go build cache), seconds after"; fi
+	@$(GO) build -buildvcs=auto -o bin/outboxctl ./cmd/outboxctl
+
+test: test-postgres ## Run every test, race detector on, against the PostgreSQL at $OUTBOX_TEST_DATABASE_URL
 	@set -e; for m in $(MODULES); do echo "== go test in $$m"; (cd $$m && $(GO) test -race -count=1 ./...); done
+
+# Without a server every database test would fail with the same hint, a
+# few hundred times: check once first (when pg_isready is installed).
+.PHONY: test-postgres
+test-postgres:
+	@if command -v pg_isready >/dev/null && ! pg_isready -q -t 5 -d "$(OUTBOX_TEST_DATABASE_URL)"; then \
+		echo "make test: no PostgreSQL answers at $$(echo '$(OUTBOX_TEST_DATABASE_URL)' | sed -E 's#(://[^:/@]*):[^@]*@#\1:xxxxx@#')"; \
+		echo "  start the machine's cluster:  pg_ctlcluster --skip-systemctl-redirect \$$(ls /etc/postgresql) main start"; \
+		echo "  or point OUTBOX_TEST_DATABASE_URL at a PostgreSQL 15+ server whose user may create databases and roles"; \
+		echo "  (make run starts a throwaway cluster of its own when none answers)"; \
+		exit 1; \
+	fi
 
 bench: ## Benchmarks: enqueue and the claim -> complete cycle, in messages per second
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./shared/outboxdb ./shared/lease
 
-migrate: ## Apply the outbox migrations to $OUTBOX_DATABASE_URL
-	$(GO) run ./cmd/outboxctl migrate up
+migrate: outboxctl ## Apply the outbox migrations to $OUTBOX_DATABASE_URL (or the functions' OUTBOX_DB_SECRET_ARN / IAM settings)
+	bin/outboxctl migrate up
 
 lint: ## go vet and gofmt; cfn-lint on template.yaml when both exist
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done

@@ -563,10 +563,27 @@ func printDemoSummary(w io.Writer, rep demoReport, server *demoServer, dbURL str
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Logs and metrics of the handlers: %s/demo.log\n", opts.localDir)
 	if server.persistent {
-		fmt.Fprintf(w, "Explore the result:\n  export OUTBOX_DATABASE_URL='%s'\n  outboxctl status; outboxctl dead list; outboxctl dead show <id>\n", redact(dbURL))
+		fmt.Fprintln(w, "Explore the result (make run built bin/outboxctl; make outboxctl builds it):")
+		for _, line := range exploreLines(dbURL, rep) {
+			fmt.Fprintln(w, "  "+line)
+		}
 	} else {
 		fmt.Fprintln(w, "The throwaway cluster is stopped; its data stays in "+opts.localDir+"/pg for the next run.")
 	}
+}
+
+// exploreLines are the commands the demo's summary suggests, each to be
+// run as printed from the repository's root: a test runs them.
+func exploreLines(dbURL string, rep demoReport) []string {
+	lines := []string{
+		fmt.Sprintf("export OUTBOX_DATABASE_URL='%s'", redact(dbURL)),
+		"bin/outboxctl status",
+		"bin/outboxctl dead list",
+	}
+	if len(rep.DeadLetters) > 0 {
+		lines = append(lines, "bin/outboxctl dead show "+rep.DeadLetters[0])
+	}
+	return append(lines, "bin/outboxctl replay --error-code TARGET_REJECTED")
 }
 
 // byTarget lists deliveries per target type: "19,995 http, 500 sns".

@@ -108,6 +108,7 @@ func TestDemo(t *testing.T) {
 		"7. Dead letters", "$ outboxctl dead list", "TARGET_REJECTED", "8. Replay", "dry run: 5 dead letters would be replayed",
 		"Summary", "delivered              295: 295 http", "exactly once           the sink handled 295 keys, each once (0 missing;",
 		"dead                   5", "latency p50 / p99", "export OUTBOX_DATABASE_URL=")
+	runExploreLines(t, text.out)
 
 	// Again, larger, on the database it leaves behind: dropped and made
 	// afresh.
