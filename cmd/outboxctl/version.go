@@ -9,9 +9,11 @@ import (
 )
 
 // buildVersion describes this binary from what the Go toolchain recorded
-// in it: the module version (a tag for `go install …@v1.2.3`, "(devel)"
-// for a build from a checkout) and, for a build from a checkout, the VCS
-// revision, its commit time and whether the tree had uncommitted changes.
+// in it: the module version (a tag for `go install …@v1.2.3`; for a build
+// from a checkout a pseudo-version such as v0.0.0-20261125172512-33c64a10d854,
+// or "(devel)" when the toolchain could not read the repository, as in a
+// git worktree) and, for a build from a checkout, the VCS revision, its
+// commit time and whether the tree had uncommitted changes.
 type buildVersion struct {
 	Module   string `json:"module"`
 	Version  string `json:"version"`
@@ -45,7 +47,7 @@ func readBuildVersion() buildVersion {
 }
 
 // String is the one line `outboxctl version` and --version print, e.g.
-// "outboxctl (devel) revision 64be39b1c0de (2026-11-25T15:01:02Z, modified), go1.26.0".
+// "outboxctl v0.0.0-20261125172512-33c64a10d854 revision 33c64a10d854… (2026-11-25T17:25:12Z), go1.26.8".
 func (v buildVersion) String() string {
 	s := "outboxctl " + v.Version
 	if v.Revision != "" {
@@ -69,8 +71,9 @@ func newVersionCommand() *cobra.Command {
 		Short: "Print the version and VCS revision this outboxctl was built from",
 		Long: `Print the module version and the VCS revision (commit, its time, and
 "modified" when the tree had uncommitted changes) this binary was built
-from, and the Go version that built it. A build from a checkout (go build,
-go run, make) has version (devel) and its revision; go install …@vX.Y.Z has
+from, and the Go version that built it. A build from a checkout (make
+outboxctl, go build) has a pseudo-version and its revision (go run, and a
+build in a git worktree, have neither: "(devel)"); go install …@vX.Y.Z has
 the tag. outboxctl --version prints the same line.`,
 		Example: `  outboxctl version
   outboxctl version --json | jq -r .revision`,
