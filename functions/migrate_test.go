@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/dispatcher/migrations"
 	"github.com/outboxkit/dispatcher/shared/handler/migratefn"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
@@ -121,12 +122,15 @@ func TestMigrateFunctionAppliesTheSchemaOnDeploy(t *testing.T) {
 	if manual.Action != "up" || len(manual.Applied) != 0 || manual.Pending != 0 || manual.Version != manual.Latest {
 		t.Errorf("manual up after Create: %+v", manual)
 	}
-	// Roll one back, as an older release would have it: Update applies it.
-	conn := pgtest.Connect(t, dbURL)
-	if _, err := conn.Exec(ctx, `DELETE FROM public.outbox_schema_migrations WHERE version_id = (SELECT max(version_id) FROM public.outbox_schema_migrations)`); err != nil {
+	// Roll the latest back, as an older release left it: Update applies it.
+	m, err := migrations.Open(dbURL)
+	if err != nil {
 		t.Fatal(err)
 	}
-	conn.Close(ctx)
+	if _, err := m.Down(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
 	invoke(t, fn, []byte(`{"action":"status"}`), 30*time.Second, &manual)
 	if manual.Action != "status" || manual.Pending != 1 {
 		t.Errorf("status with one migration unrecorded: %+v, want 1 pending", manual)
