@@ -177,31 +177,7 @@ func TestStuckKeyCostsTheClaimNothing(t *testing.T) {
 	}
 	enqueue(t, db.Pool, 100, plain)
 
-	// Tuples one claim reads from outbox.pending — through its indexes and
-	// by sequential scans alike — counted by the claiming transaction's own
-	// statistics, which no other session touches and no flush delays.
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	read := func() int64 {
-		t.Helper()
-		var n int64
-		if err := tx.QueryRow(ctx, `SELECT
-			(SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0) FROM pg_index i
-			 WHERE i.indrelid = 'outbox.pending'::regclass)
-			+ pg_stat_get_xact_tuples_returned('outbox.pending'::regclass)`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	before := read()
-	got, err := lease.NewStore(tx).ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 100, MaxRun: 100, Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	delta := read() - before
+	got, delta := claimOf100ReadingTuples(ctx, t, db.Pool)
 	if len(got) != 100 {
 		t.Fatalf("claimed %d, want the 100 unordered messages", len(got))
 	}
@@ -209,11 +185,6 @@ func TestStuckKeyCostsTheClaimNothing(t *testing.T) {
 		if m.OrderingKey != "" {
 			t.Fatalf("claimed sequence %d of the stuck key", m.SequenceID)
 		}
-	}
-	// The claim found at least the rows it took: a count below that
-	// measured nothing, and proves nothing.
-	if delta < int64(len(got)) {
-		t.Fatalf("the statistics count %d tuples read by a claim that took %d rows: the measurement is broken", delta, len(got))
 	}
 	// The 100 rows taken, the primary key lookups of the update, and the
 	// unsettled-keys probe; nothing of the 200,000.
@@ -835,4 +806,40 @@ func TestProducerAndCompletionRaceNeverStrandsAKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// claimOf100ReadingTuples claims up to 100 messages in a transaction it
+// rolls back, and returns them with the tuples the claim read from
+// outbox.pending — through its indexes and by sequential scans alike —
+// counted by the claiming transaction's own statistics, which no other
+// session touches and no flush delays. It fails the test when the count is
+// below the rows taken: such a count measured nothing, and proves nothing.
+func claimOf100ReadingTuples(ctx context.Context, t *testing.T, pool *pgxpool.Pool) ([]outboxtype.Message, int64) {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	read := func() int64 {
+		t.Helper()
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT
+			(SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0) FROM pg_index i
+			 WHERE i.indrelid = 'outbox.pending'::regclass)
+			+ pg_stat_get_xact_tuples_returned('outbox.pending'::regclass)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := read()
+	got, err := lease.NewStore(tx).ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 100, MaxRun: 100, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := read() - before
+	if delta < int64(len(got)) {
+		t.Fatalf("the statistics count %d tuples read by a claim that took %d rows: the measurement is broken", delta, len(got))
+	}
+	return got, delta
 }
