@@ -19,7 +19,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 )
 
-// ClaimSQL is what outbox.claim_batch (migrations/00007_operator_console.sql)
+// ClaimSQL is what outbox.claim_batch (migrations/00008_lazy_ordered_claims.sql)
 // runs for unordered traffic, as one statement: the heads scan — unleased
 // rows that are not queued behind an earlier message of their ordering key
 // nor paused (`lease_token IS NULL AND NOT behind AND NOT paused`, the
