@@ -323,7 +323,7 @@ func TestAlarmsAndDashboard(t *testing.T) {
 		"ConfigurationErrorAlarm":    "Held",
 		"RetryRateSpikeAlarm":        "Retried",
 		"DispatchErrorsAlarm":        "Errors",
-		"DispatchThrottlesAlarm":     "Throttles",
+		"DispatchEventsDroppedAlarm": "AsyncEventsDropped",
 	}
 	for alarm, metric := range wantMetric {
 		r := res.get(alarm)
@@ -386,7 +386,7 @@ func TestWatchedMetricsAreEmitted(t *testing.T) {
 	metric := regexp.MustCompile(`(?:MetricName: |\["\$\{Namespace\}", "|\[\s*"\.", ")([A-Z][A-Za-z]+)`)
 	for _, m := range metric.FindAllStringSubmatch(string(raw), -1) {
 		name := m[1]
-		if name == "Errors" || name == "Throttles" || name == "Duration" {
+		if name == "Errors" || name == "Throttles" || name == "Duration" || name == "AsyncEventsDropped" {
 			continue // AWS/Lambda's own
 		}
 		seen++
