@@ -61,3 +61,22 @@ func TestDeployRunsTheMigrationsFromInsideTheVPC(t *testing.T) {
 		t.Errorf("MigrateStatusCommand must name the deployed migrate function")
 	}
 }
+
+// A release's functions may need its migrations: with MigrateOnDeploy each
+// runtime function refers to OutboxSchema (inside Fn::If on the condition,
+// since DependsOn cannot be conditional), so CloudFormation updates it only
+// after the migrations succeeded.
+func TestRuntimeFunctionsWaitForTheSchema(t *testing.T) {
+	t.Parallel()
+	tpl := load(t)
+	for _, name := range []string{"DispatchFunction", "ReaperFunction", "DlqReplayFunction", "MetricsFunction"} {
+		desc := tpl.get("Resources", name, "Properties", "Description")
+		got := scalars(desc)
+		if desc.tag() != "!If" || len(got) < 1 || got[0] != "MigrateOnDeploy" || !strings.Contains(strings.Join(got, " "), "${OutboxSchema.Version}") {
+			t.Errorf("%s does not refer to OutboxSchema under MigrateOnDeploy: it may start with a release's code before its migrations", name)
+		}
+	}
+	if tpl.get("Resources", "MigrateFunction", "Properties", "Description").tag() == "!If" {
+		t.Errorf("MigrateFunction must not refer to OutboxSchema, which calls it")
+	}
+}
