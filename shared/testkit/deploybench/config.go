@@ -25,13 +25,25 @@ type Config struct {
 	MessagesPerTx int
 	Duration      time.Duration
 	// Backlog messages are committed before the schedule starts (in
-	// transactions of 1,000), and measured apart from the offered load:
-	// how fast the deployment drains a backlog.
+	// transactions of 1,000 with EnqueueBatch, or in bulk with
+	// BulkBacklog), and measured apart from the offered load: how fast
+	// the deployment drains a backlog.
 	Backlog int
+	// BulkBacklog writes the backlog with INSERT ... SELECT
+	// (workload.CommitBulkBacklog) instead of producers' transactions: a
+	// million messages load in seconds instead of most of a minute. Its
+	// payloads carry their message ids, which TargetEventBridge needs.
+	BulkBacklog bool
+
+	// Target is the route's target: TargetWebhook (the default) or
+	// TargetEventBridge.
+	Target string
 	// TargetLatency is the webhook target's time per call (default 20 ms);
-	// RouteConcurrency the route's calls in flight (default 64: enough
-	// for the offered rate at that latency, so that the target is not
-	// the bottleneck).
+	// RouteConcurrency the route's calls in flight (default 64 for the
+	// webhook: enough for the offered rate at that latency, so that the
+	// target is not the bottleneck; the route's default, 8, for
+	// EventBridge, whose calls carry 10 messages and are answered at
+	// once).
 	TargetLatency    time.Duration
 	RouteConcurrency int
 
@@ -60,9 +72,30 @@ type Config struct {
 	// stop (default three ticks plus the timeout, plus a millisecond per
 	// backlog message).
 	Drain time.Duration
+	// StopWhenDrained ends the run once every message has arrived and the
+	// fan-out workers have returned: the invocations still lingering are
+	// ended by the emulator (as at a deployment's teardown) instead of
+	// waited for until their deadline, up to the timeout later. For runs
+	// that measure latency or a drain; an idle run measures the lingering
+	// itself and must wait for it.
+	StopWhenDrained bool
 	// Logf, when set, hears about progress.
 	Logf func(format string, args ...any) `json:"-"`
 }
+
+// Targets of Config.Target.
+const (
+	// TargetWebhook is a signed webhook that answers after TargetLatency
+	// (workload.Target): the offered-load and latency runs.
+	TargetWebhook = "webhook"
+	// TargetEventBridge is an EventBridge route (calls of up to 10
+	// entries) to a local endpoint of the EventBridge API that answers at
+	// once (workload.EventBus, through AWS_ENDPOINT_URL_EVENTBRIDGE): a
+	// target that is not the bottleneck, for a drain to compare with the
+	// bare-SQL floor. Its entries carry the payload only, so it measures
+	// a BulkBacklog alone (Rate 0).
+	TargetEventBridge = "eventbridge"
+)
 
 // Template defaults of the dispatch function (template.yaml).
 const (
@@ -108,10 +141,13 @@ func (c Config) withDefaults() Config {
 	if c.Duration == 0 {
 		c.Duration = time.Minute
 	}
-	if c.TargetLatency == 0 {
+	if c.Target == "" {
+		c.Target = TargetWebhook
+	}
+	if c.TargetLatency == 0 && c.Target == TargetWebhook {
 		c.TargetLatency = 20 * time.Millisecond
 	}
-	if c.RouteConcurrency == 0 {
+	if c.RouteConcurrency == 0 && c.Target == TargetWebhook {
 		c.RouteConcurrency = 64
 	}
 	if c.Schedule == "" {
@@ -145,6 +181,18 @@ func (c Config) validate() error {
 	}
 	if c.Rate < 0 || c.Backlog < 0 || c.Duration < 0 || c.TargetLatency < 0 || c.Drain < 0 {
 		errs = append(errs, errors.New("deploybench: Rate, Backlog, Duration, TargetLatency and Drain must not be negative"))
+	}
+	switch c.Target {
+	case TargetWebhook:
+	case TargetEventBridge:
+		if c.Rate > 0 || !c.BulkBacklog {
+			errs = append(errs, errors.New("deploybench: the EventBridge target tells messages apart by the id in their payload, which only a BulkBacklog writes: it needs Rate 0 and BulkBacklog"))
+		}
+		if c.TargetLatency != 0 {
+			errs = append(errs, errors.New("deploybench: the EventBridge target answers at once; TargetLatency is the webhook's"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("deploybench: Target must be %q or %q, got %q", TargetWebhook, TargetEventBridge, c.Target))
 	}
 	if c.Timeout%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("deploybench: Timeout must be whole seconds, as Lambda's, got %s", c.Timeout))

@@ -46,3 +46,54 @@ func TestSmallRunDeliversEverything(t *testing.T) {
 	}
 	t.Log("\n" + out.String())
 }
+
+// TestBulkBacklogDrainsToEventBridge drains a bulk backlog through the
+// dispatch function's EventBridge publisher to the local endpoint, and
+// ends the run once drained instead of waiting for the lingering
+// invocation.
+func TestBulkBacklogDrainsToEventBridge(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const backlog = 3000
+	rep, err := deploybench.Run(t.Context(), deploybench.Config{
+		DatabaseURL: db.URL, DispatchBinary: lambdatest.Build(t, "dispatch"),
+		Backlog: backlog, BulkBacklog: true, Target: deploybench.TargetEventBridge, StopWhenDrained: true,
+		Duration: time.Millisecond, Timeout: 15 * time.Second, Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rep.Backlog
+	if b == nil || b.Committed != backlog || b.Received != backlog || b.Missing != 0 || b.Unexpected != 0 || rep.Target.Duplicates != 0 {
+		t.Fatalf("backlog: %+v, target %+v", b, rep.Target)
+	}
+	// The scheduled invocation lingers for its deadline less the margin
+	// (5 s here) after draining; the run ends before, by ending it.
+	if rep.EndedByEmulator != 1 || rep.Elapsed >= rep.Config.Timeout {
+		t.Errorf("%d invocations ended by the emulator; the run took %s", rep.EndedByEmulator, rep.Elapsed)
+	}
+	if rep.CPU.Children <= 0 || rep.CPU.Wall <= 0 {
+		t.Errorf("CPU: %+v", rep.CPU)
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	for _, want := range []string{"EventBridge route", "in bulk", "ended by the emulator", "bootstraps"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report does not say %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestEventBridgeTargetNeedsABulkBacklogAlone(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []deploybench.Config{
+		{Target: deploybench.TargetEventBridge, Rate: 10, Backlog: 10, BulkBacklog: true},
+		{Target: deploybench.TargetEventBridge, Backlog: 10},
+		{Target: "sqs"},
+	} {
+		cfg.DatabaseURL, cfg.DispatchBinary = "postgres://unused", "/nonexistent"
+		if _, err := deploybench.Run(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "Target") && !strings.Contains(err.Error(), "EventBridge") {
+			t.Errorf("%+v: %v", cfg, err)
+		}
+	}
+}

@@ -10,7 +10,11 @@
 // Three questions, one Run each: the latency of an offered load (Rate),
 // how fast a backlog drains (Backlog, committed before the first tick and
 // measured apart), and what an idle deployment costs (Rate 0: the claims
-// per second with no traffic, and GB-seconds). FunctionEnv,
+// per second with no traffic, and GB-seconds). A backlog's drain may go
+// to an EventBridge endpoint answering at once (Target, BulkBacklog), so
+// that the target is not what is measured, and a run may end once
+// drained (StopWhenDrained) instead of waiting for lingering invocations.
+// The report says where the run's CPU went (workload.CPUMeter). FunctionEnv,
 // ReservedConcurrency and Async set the deployment's knobs beyond the
 // template's defaults.
 //

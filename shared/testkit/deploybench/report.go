@@ -30,8 +30,17 @@ type Report struct {
 	Answers  Answers
 	// Backlog is the drain of Config.Backlog (nil without one).
 	Backlog *BacklogDrain
+	// BacklogLoad is how long committing the backlog took (before the
+	// schedule started; not part of any figure).
+	BacklogLoad time.Duration
 	// ClaimCalls counts outbox.claim_batch calls during the run.
 	ClaimCalls int64
+	// CPU is the CPU time spent from the schedule's start to the end of
+	// the emulation, by whom.
+	CPU workload.CPU
+	// EndedByEmulator counts the invocations still lingering when
+	// StopWhenDrained ended the run.
+	EndedByEmulator int
 	// ErrorLines are the first error lines the function printed.
 	ErrorLines []string
 }
@@ -81,14 +90,26 @@ func (r Report) Print(w io.Writer) {
 	}
 	p("function", "dispatch bootstrap, timeout %s (not compressed), %d MB, reserved concurrency %s", c.Timeout, c.MemoryMB, reserved)
 	p("settings", "%s", strings.Join(settings(c), " "))
-	p("target", "webhook answering %s after each call arrives, route concurrency %d", c.TargetLatency, c.RouteConcurrency)
+	if c.Target == TargetEventBridge {
+		conc := "the route's default"
+		if c.RouteConcurrency > 0 {
+			conc = fmt.Sprint(c.RouteConcurrency)
+		}
+		p("target", "EventBridge route (PutEvents of up to 10 entries, calls in flight: %s) to a local endpoint answering at once", conc)
+	} else {
+		p("target", "webhook answering %s after each call arrives, route concurrency %d", c.TargetLatency, c.RouteConcurrency)
+	}
 	p("offered", "%.0f msgs/s in transactions of %d for %s: %d committed (%.1f msgs/s), producer lag at most %s",
 		c.Rate, c.MessagesPerTx, c.Duration, r.Producers.Messages, r.Producers.OfferedRate(), r.Producers.MaxLag.Round(time.Millisecond))
 	p("delivered", "%d of %d (missing %d, unexpected %d), %.1f msgs/s from the first commit to the last receipt; target calls %d, duplicates %d, refused %d",
 		m.Received, m.Committed, m.Missing, m.Unexpected, m.Throughput, r.Target.Calls, r.Target.Duplicates, r.Target.Refused)
 	if b := r.Backlog; b != nil {
-		p("backlog", "%d of %d committed before the first tick received (missing %d) %s after the schedule started: %.0f msgs/s",
-			b.Received, b.Committed, b.Missing, b.Took().Round(time.Millisecond), b.Rate())
+		how := "in transactions of 1,000"
+		if c.BulkBacklog {
+			how = "in bulk"
+		}
+		p("backlog", "%d of %d committed before the first tick (%s, in %s) received (missing %d) %s after the schedule started: %.0f msgs/s",
+			b.Received, b.Committed, how, r.BacklogLoad.Round(time.Millisecond), b.Missing, b.Took().Round(time.Millisecond), b.Rate())
 	}
 	p("latency", "commit to receipt of the offered load: %s", m.Latency)
 	tick := c.tick()
@@ -103,6 +124,17 @@ func (r Report) Print(w io.Writer) {
 	p("elastic", "%d fan-out workers (started %d, throttled %d); lingered %s, woken %d times by NOTIFY, %d by polling",
 		r.Answers.Workers, r.Answers.FanOutStarted, r.Answers.FanOutThrottled, r.Answers.Lingered.Round(time.Millisecond), r.Answers.NotifyWakeups, r.Answers.Polls)
 	p("claims", "outbox.claim_batch called %d times in %s: %.2f a second", r.ClaimCalls, r.Elapsed.Round(time.Millisecond), r.ClaimsPerSecond())
+	if r.EndedByEmulator > 0 {
+		p("", "%d lingering invocation(s) ended by the emulator once drained (StopWhenDrained)", r.EndedByEmulator)
+	}
+	if u := r.CPU; u.Wall > 0 {
+		db := "not readable (the server is not on this machine)"
+		if u.DatabaseKnown {
+			db = fmt.Sprintf("%.1f s (%.0f%%)", u.Database.Seconds(), 100*u.Busy(u.Database))
+		}
+		p("cpu", "in %s on %d cores: bootstraps %.1f s (%.0f%% of the cores), this process (target, producers, emulator) %.1f s (%.0f%%), the database's backends %s; the machine busy %.1f s (%.0f%%, other work included)",
+			u.Wall.Round(time.Millisecond), u.Cores, u.Children.Seconds(), 100*u.Busy(u.Children), u.Self.Seconds(), 100*u.Busy(u.Self), db, u.Machine.Seconds(), 100*u.Busy(u.Machine))
+	}
 	for _, l := range r.ErrorLines {
 		p("error line", "%s", l)
 	}

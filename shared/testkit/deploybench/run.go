@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 
-	target, err := workload.StartTarget(cfg.TargetLatency)
+	target, env, err := startTarget(cfg)
 	if err != nil {
 		return rep, err
 	}
@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	async := cfg.Async
 	if err := emu.Register(lambdaemu.FunctionConfig{
 		Name: dispatchFunction, Binary: cfg.DispatchBinary, Timeout: cfg.Timeout, MemoryMB: cfg.MemoryMB,
-		ReservedConcurrency: cfg.ReservedConcurrency, Async: async, Env: functionEnv(cfg, target),
+		ReservedConcurrency: cfg.ReservedConcurrency, Async: async, Env: append(functionEnv(cfg, env), cfg.FunctionEnv...),
 	}); err != nil {
 		return rep, err
 	}
@@ -85,9 +85,22 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	backlog := workload.NewLedger()
 	if cfg.Backlog > 0 {
-		logf("deploybench: committing a backlog of %d messages", cfg.Backlog)
-		if err := workload.CommitBacklog(ctx, producers, backlog, cfg.Backlog); err != nil {
+		commit := workload.CommitBacklog
+		how := "in transactions of 1,000"
+		if cfg.BulkBacklog {
+			commit, how = workload.CommitBulkBacklog, "in bulk"
+		}
+		logf("deploybench: committing a backlog of %d messages %s", cfg.Backlog, how)
+		began := time.Now()
+		if err := commit(ctx, producers, backlog, cfg.Backlog); err != nil {
 			return rep, err
+		}
+		rep.BacklogLoad = time.Since(began)
+		// The load's dead tuples and statistics are vacuum's work, not
+		// the drain's: a deployment's backlog builds up over time, with
+		// autovacuum running.
+		if _, err := admin.Exec(ctx, "VACUUM ANALYZE outbox.pending"); err != nil {
+			return rep, fmt.Errorf("deploybench: vacuum the backlog: %w", err)
 		}
 	}
 
@@ -103,6 +116,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	logf("deploybench: %s; offering %.0f msgs/s for %s", rep.Schedule, cfg.Rate, cfg.Duration)
 
 	start := time.Now()
+	cpu := workload.StartCPUMeter(admin, database)
 	ledger := workload.NewLedger()
 	produceCtx, stopProducing := context.WithTimeout(ctx, cfg.Duration)
 	if cfg.Rate > 0 {
@@ -125,14 +139,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	schedule.Stop()
 	rep.Ticks = schedule.Ticks()
-	idleCtx, cancel := context.WithTimeout(ctx, cfg.Timeout+30*time.Second)
-	err = emu.WaitIdle(idleCtx, dispatchFunction)
-	cancel()
-	if err != nil {
-		return rep, err
+	if cfg.StopWhenDrained {
+		if err := waitForWorkers(ctx, emu, rep.Ticks, cfg.Timeout); err != nil {
+			return rep, err
+		}
+	} else {
+		idleCtx, cancel := context.WithTimeout(ctx, cfg.Timeout+30*time.Second)
+		err = emu.WaitIdle(idleCtx, dispatchFunction)
+		cancel()
+		if err != nil {
+			return rep, err
+		}
 	}
 	rep.Elapsed = time.Since(start)
 	emu.Close() // the dispatchers' sessions end and report their counts
+	rep.CPU = cpu.Stop(ctx, admin, database)
 
 	rep.Measurement = workload.Measure(ledger, target)
 	if cfg.Backlog > 0 {
@@ -151,6 +172,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	rep.Answers = sumAnswers(invs)
+	for _, inv := range invs {
+		if inv.Outcome == lambdaemu.OutcomeEmulatorClosed {
+			rep.EndedByEmulator++
+		}
+	}
 	rep.ErrorLines = errorLines.lines()
 	if rep.ClaimCalls, err = settledClaimCalls(ctx, admin); err != nil {
 		return rep, err
@@ -159,20 +185,82 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-// functionEnv is the dispatch function's environment: the template's
-// defaults, the database, one route to the target, and the caller's
-// overrides last.
-func functionEnv(cfg Config, target *workload.Target) []string {
+// target is what the route delivers to: *workload.Target or
+// *workload.EventBus.
+type target interface {
+	workload.Receiver
+	Received() int
+	Counts() workload.TargetCounts
+	Close() error
+}
+
+// startTarget starts cfg.Target and returns it with the function's
+// variables that point the route at it.
+func startTarget(cfg Config) (target, []string, error) {
+	if cfg.Target == TargetEventBridge {
+		bus, err := workload.StartEventBus()
+		if err != nil {
+			return nil, nil, err
+		}
+		conc := ""
+		if cfg.RouteConcurrency > 0 {
+			conc = fmt.Sprintf(`,"concurrency":%d`, cfg.RouteConcurrency)
+		}
+		return bus, []string{
+			`OUTBOX_ROUTES={"routes":[{"match":{"namespace":"*","topic":"*"},"target":{"type":"eventbridge","event_bus":"bench"` + conc + `}}]}`,
+			"AWS_ENDPOINT_URL_EVENTBRIDGE=" + bus.URL,
+		}, nil
+	}
+	t, err := workload.StartTarget(cfg.TargetLatency)
+	if err != nil {
+		return nil, nil, err
+	}
 	routes := fmt.Sprintf(`{"routes":[{"match":{"namespace":"*","topic":"*"},
 	  "target":{"type":"http","url":%q,"signing_secret_env":"TARGET_SIGNING_SECRET","concurrency":%d}}]}`,
-		target.URL, cfg.RouteConcurrency)
+		t.URL, cfg.RouteConcurrency)
+	return t, []string{"OUTBOX_ROUTES=" + routes, "TARGET_SIGNING_SECRET=" + t.Secret}, nil
+}
+
+// functionEnv is the dispatch function's environment: the template's
+// defaults, the database, the target's variables; the caller's overrides
+// go last.
+func functionEnv(cfg Config, targetEnv []string) []string {
 	env := append(TemplateEnv(cfg.Timeout),
 		"OUTBOX_DATABASE_URL="+cfg.DatabaseURL,
-		"OUTBOX_ROUTES="+routes,
-		"TARGET_SIGNING_SECRET="+target.Secret,
 		"OUTBOX_TRACING=off",
 	)
-	return append(env, cfg.FunctionEnv...)
+	return append(env, targetEnv...)
+}
+
+// waitForWorkers waits, up to timeout, until the only invocations in
+// flight are the schedule's (lingering ones): every invocation fan-out
+// started has returned.
+func waitForWorkers(ctx context.Context, emu *lambdaemu.Emulator, ticks int, timeout time.Duration) error {
+	until := time.Now().Add(timeout)
+	for {
+		samples, err := emu.Concurrency(dispatchFunction)
+		if err != nil {
+			return err
+		}
+		invs, err := emu.Invocations(dispatchFunction)
+		if err != nil {
+			return err
+		}
+		scheduled := ticks
+		for _, inv := range invs {
+			if inv.Trigger == lambdaemu.TriggerSchedule {
+				scheduled--
+			}
+		}
+		inFlight := 0
+		if len(samples) > 0 {
+			inFlight = samples[len(samples)-1].InFlight
+		}
+		if inFlight <= scheduled || time.Now().After(until) || ctx.Err() != nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // settledClaimCalls reads the claim count once the sessions that ended

@@ -14,6 +14,12 @@
 //
 // A Ledger holds the commit times and a Target the receipts; Measure joins
 // them by message id into the commit-to-receipt latency of every message.
+// For a drain whose target must not be the bottleneck, EventBus is a local
+// EventBridge endpoint answering at once, and CommitBulkBacklog loads a
+// backlog with INSERT ... SELECT, each payload carrying its message id
+// (an EventBridge entry carries the payload alone). CPUMeter says where a
+// run's CPU went: the processes it started, itself, one database's
+// backends, the whole machine.
 // ClaimCalls counts the database's calls of outbox.claim_batch from
 // pg_stat_user_functions (EnableFunctionStats turns the counting on).
 //

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Summary is a latency distribution by nearest-rank percentiles.
@@ -68,8 +70,14 @@ type Measurement struct {
 	EarlyReceipts int
 }
 
+// Receiver is a target that records each message's first arrival:
+// *Target and *EventBus.
+type Receiver interface {
+	Receipts() map[uuid.UUID]time.Time
+}
+
 // Measure joins the ledger's commit times with the target's receipts.
-func Measure(l *Ledger, t *Target) Measurement {
+func Measure(l *Ledger, t Receiver) Measurement {
 	commits, receipts := l.CommitTimes(), t.Receipts()
 	m := Measurement{Committed: len(commits)}
 	m.Latencies = make([]time.Duration, 0, len(receipts))

@@ -6,6 +6,7 @@
 // OUTBOX_TEST_DATABASE_URL) and drops it.
 //
 //	go run ./shared/testkit/deploybench/cmd/deploybench [-rate 1000] [-duration 60s] [-compression 1] …
+//	go run ./shared/testkit/deploybench/cmd/deploybench -rate 0 -duration 1s -backlog 200000 -bulk-backlog -target eventbridge -stop-when-drained
 package main
 
 import (
@@ -36,8 +37,11 @@ func main() {
 	flag.IntVar(&cfg.MessagesPerTx, "tx", 5, "messages per producer transaction")
 	flag.IntVar(&cfg.Backlog, "backlog", 0, "messages committed before the schedule starts, whose drain is measured apart")
 	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long the producers run")
-	flag.DurationVar(&cfg.TargetLatency, "latency", 20*time.Millisecond, "the webhook target's time per call")
-	flag.IntVar(&cfg.RouteConcurrency, "route-concurrency", 64, "the route's calls in flight")
+	flag.BoolVar(&cfg.BulkBacklog, "bulk-backlog", false, "write the backlog with INSERT ... SELECT (fast; its payloads carry their ids) instead of EnqueueBatch")
+	flag.StringVar(&cfg.Target, "target", deploybench.TargetWebhook, "the route's target: webhook, or eventbridge (a local endpoint answering at once; needs -rate 0 -bulk-backlog)")
+	flag.DurationVar(&cfg.TargetLatency, "latency", 0, "the webhook target's time per call (default 20ms)")
+	flag.IntVar(&cfg.RouteConcurrency, "route-concurrency", 0, "the route's calls in flight (default 64 for the webhook, the route's default for eventbridge)")
+	flag.BoolVar(&cfg.StopWhenDrained, "stop-when-drained", false, "end the lingering invocations once every message arrived and the fan-out workers returned, instead of waiting for their deadline")
 	flag.StringVar(&cfg.Schedule, "schedule", deploybench.TemplateSchedule, "the dispatch schedule (a rate expression)")
 	flag.Float64Var(&cfg.Compression, "compression", 1, "how many times faster than real time the schedule ticks (lingering invocations outlast a compressed tick)")
 	flag.DurationVar(&cfg.Timeout, "timeout", deploybench.TemplateTimeout, "the dispatch function's timeout")
