@@ -201,7 +201,7 @@ func Goals(r *suite.Results) []Goal {
 		g.Measured = fmt.Sprintf("%d round trips with the Enqueue − %d without", r.Producer.RoundTripsWith, r.Producer.RoundTripsWithout)
 	}
 	goals = append(goals, g)
-	return goals
+	return append(goals, deploymentGoals(r)...)
 }
 
 // FloorTarget is the share of the bare-SQL floor the engine's burn-down is

@@ -115,6 +115,7 @@ func rows(r *suite.Results) []row {
 		add(fmt.Sprintf("dispatch bootstrap, one invocation of %d messages", m.Messages), fmt.Sprintf("VmHWM %.1f MiB", mib(m.PeakHWM)),
 			fmt.Sprintf("%.1f MiB after the cold start; %d PutEvents calls", mib(m.ColdHWM), m.PutEventsCalls))
 	}
+	deploymentRows(r, add)
 	for _, g := range Goals(r) {
 		v := "-"
 		if g.Known {

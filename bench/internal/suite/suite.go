@@ -20,6 +20,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/dbpool"
+	load "github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
 
 // Config is what to run.
@@ -67,6 +68,15 @@ type Config struct {
 	// transactions on the server (see watermillrun.Result.Stalled).
 	WatermillBatch    int
 	WatermillMaxStall time.Duration
+	// The deployment under the Lambda emulation: DeployRate msgs/s
+	// offered for DeployDuration to a webhook of Latency; no traffic for
+	// DeployIdle (less than one tick, so that one scheduled invocation
+	// lingers from its start to its end); a backlog of DeployBacklog
+	// drained to an EventBridge endpoint answering at once.
+	DeployRate     float64
+	DeployDuration time.Duration
+	DeployIdle     time.Duration
+	DeployBacklog  int
 }
 
 // Defaults returns the full run's configuration, or the quick run's.
@@ -89,6 +99,7 @@ func Defaults(adminURL string, quick bool) Config {
 		HotKeyMessages: 2_000, HotKeySNSMessages: 5_000,
 		ManyKeys: 2_000, PerKey: 25,
 		ProducerSamples: 1000, MemoryMessages: 1000, WatermillBatch: 1000, WatermillMaxStall: 60 * time.Second,
+		DeployRate: 1000, DeployDuration: time.Minute, DeployIdle: 30 * time.Second, DeployBacklog: 1_000_000,
 	}
 	if quick {
 		c.Quick = true
@@ -101,6 +112,7 @@ func Defaults(adminURL string, quick bool) Config {
 		c.ManyKeys = 400
 		c.ProducerSamples = 300
 		c.WatermillMaxStall = 15 * time.Second
+		c.DeployDuration, c.DeployBacklog = 15*time.Second, 50_000
 	}
 	return c
 }
@@ -143,6 +155,11 @@ type Results struct {
 	Scaling  []outboxrun.ClaimScalingResult
 	Producer outboxrun.ProducerResult
 	Memory   outboxrun.MemoryResult
+	// Deployment is the dispatch function under the Lambda emulation;
+	// FloorCPU the CPU time of the kept 2-client floor run, to weigh the
+	// deployment's drain against.
+	Deployment outboxrun.DeploymentResult
+	FloorCPU   load.CPU
 
 	Failures map[string]string
 }
@@ -171,6 +188,7 @@ const (
 	PhaseScaling   = "claim scaling"
 	PhaseProducer  = "producer transaction"
 	PhaseMemory    = "memory per invocation"
+	PhaseDeploy    = "deployment under the Lambda emulation"
 )
 
 // Run runs everything, logging progress to log.
@@ -266,11 +284,16 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 		for _, c := range cfg.FloorClients {
 			step("SQL floor: %d client(s), batch %d (round %d of %d)", c, cfg.ComparisonBatch, round+1, Repeats)
 			err := fromTemplate("floor", func(db *scratch.DB) error {
+				meter, closeMeter := cpuMeter(ctx, db)
 				r, err := floor.Run(ctx, db, c, cfg.ComparisonBatch)
+				used := closeMeter(meter)
 				if err == nil {
 					step("  %.0f msgs/s (claim p50 %s, complete p50 %s)", r.Rate(), ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50))
 					if r.Rate() > floors[c].Rate() || floors[c].Messages == 0 {
 						floors[c] = r
+						if c == DeployFloorClients {
+							res.FloorCPU = used
+						}
 					}
 				}
 				return err
@@ -389,6 +412,28 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 		fail(PhaseMemory, err)
 	} else {
 		step("  VmHWM %.1f MiB (cold start %.1f MiB)", mib(res.Memory.PeakHWM), mib(res.Memory.ColdHWM))
+	}
+
+	step("deployment under the Lambda emulation: %.0f msgs/s for %s to a %s webhook; idle; a backlog of %d to an EventBridge endpoint answering at once",
+		cfg.DeployRate, cfg.DeployDuration, cfg.Latency, cfg.DeployBacklog)
+	res.Deployment, err = outboxrun.Deployment(ctx, srv, outboxrun.DeploymentOptions{
+		Rate: cfg.DeployRate, Duration: cfg.DeployDuration, Latency: cfg.Latency, Idle: cfg.DeployIdle, Backlog: cfg.DeployBacklog,
+		Logf: func(format string, args ...any) { step("  "+format, args...) },
+	})
+	if err != nil {
+		fail(PhaseDeploy, err)
+	}
+	for label, err := range res.Deployment.Errors {
+		fail(PhaseDeploy+": "+label, err)
+	}
+	if d := res.Deployment; d.Latency.Measurement.Received > 0 {
+		step("  latency: %s", d.Latency.Measurement.Latency)
+	}
+	if d := res.Deployment; d.Idle.Elapsed > 0 {
+		step("  idle: %.2f claims/s, %.2f GB-s in %s", d.Idle.ClaimsPerSecond(), d.Idle.Dispatch.GBSeconds, d.Idle.Elapsed.Round(time.Second))
+	}
+	if b := res.Deployment.Backlog.Backlog; b != nil {
+		step("  backlog: %d in %s, %.0f msgs/s, %d invocations at most at once", b.Received, b.Took().Round(time.Millisecond), b.Rate(), res.Deployment.Backlog.Dispatch.MaxConcurrency)
 	}
 
 	res.LoadEnd = environment.LoadAverage()
@@ -526,6 +571,27 @@ func runManyKeys(ctx context.Context, srv *scratch.Server, cfg Config, res *Resu
 		}
 	}
 	return nil
+}
+
+// DeployFloorClients is the floor the deployment's drain is compared
+// with: the 2-client floor.
+const DeployFloorClients = 2
+
+// cpuMeter starts a CPU window on db's server processes; the returned
+// function stops it and closes its pool.
+func cpuMeter(ctx context.Context, db *scratch.DB) (*load.CPUMeter, func(*load.CPUMeter) load.CPU) {
+	admin, err := db.Pool(ctx, 1)
+	if err != nil {
+		admin = nil
+	}
+	m := load.StartCPUMeter(admin, db.Name)
+	return m, func(m *load.CPUMeter) load.CPU {
+		c := m.Stop(ctx, admin, db.Name)
+		if admin != nil {
+			admin.Close()
+		}
+		return c
+	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
