@@ -44,7 +44,7 @@ func deploymentGoals(r *suite.Results) []Goal {
 		g.Known = true
 		g.Ratio = m.Latency.P99.Seconds() / DeployP99.Seconds()
 		g.Measured = fmt.Sprintf("p99 %s / 1 s (p50 %s, max %s; %s messages in %s, %s achieved by the producers; missing %d, duplicates %d)",
-			msec(m.Latency.P99), msec(m.Latency.P50), msec(m.Latency.Max), thousands(float64(m.Committed)), d.Options.Duration,
+			msec(m.Latency.P99), msec(m.Latency.P50), msec(m.Latency.Max), thousands(float64(m.Committed)), human(d.Options.Duration),
 			rateFine(d.Latency.Producers.OfferedRate()), m.Missing, d.Latency.Target.Duplicates)
 	}
 	goals = append(goals, g)
