@@ -133,6 +133,29 @@ func TestClaimHandsOutOrderedRuns(t *testing.T) {
 	}
 }
 
+// The claim takes one of two ways, chosen by its first claimable head (see
+// outbox.claim_batch's "Cost"): behind unordered messages, ordered heads
+// still come with their runs, and the keys' runs start at their heads.
+func TestClaimHandsOutRunsBehindUnorderedMessages(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 5, plain)
+	for _, key := range []string{"acct-1", "acct-2"} {
+		enqueue(t, db.Pool, 20, ordered("payments", key))
+	}
+	got := claimRun(t, store, "w1", 30, 10)
+	groups := byKey(got)
+	if len(got) != 25 || len(groups[""]) != 5 {
+		t.Fatalf("claimed %d messages (%d unordered), want the 5 unordered and 2 runs of 10", len(got), len(groups[""]))
+	}
+	for _, key := range []string{"acct-1", "acct-2"} {
+		if seq := sequences(groups[key]); !slices.Equal(seq, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+			t.Fatalf("%s: run %v, want sequences 1-10 in order", key, seq)
+		}
+	}
+}
+
 // A run stops before a message that is not due (delayed by its producer):
 // nothing behind it overtakes it.
 func TestRunStopsAtAMessageNotDue(t *testing.T) {
