@@ -112,9 +112,10 @@ func NewSNSFIFOTarget(latency time.Duration) (*LocalTarget, error) {
 		Routes: fmt.Sprintf(`{"routes":[{"match":{"namespace":"*","topic":"*"},
   "target":{"type":"sns","topic_arn":%q}}]}`, SNSFIFOTopic),
 		Latency: latency, PerCall: 10,
-		Calls: func() int64 { return int64(fake.Requests()) },
-		deps:  publishers.Deps{AWS: fake.Config()},
-		close: tb.cleanup,
+		Calls:  func() int64 { return int64(fake.Requests()) },
+		Served: fake.ServedTime,
+		deps:   publishers.Deps{AWS: fake.Config()},
+		close:  tb.cleanup,
 	}, nil
 }
 

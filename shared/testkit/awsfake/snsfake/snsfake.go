@@ -159,6 +159,9 @@ type Server struct {
 	idPrefix    [8]byte
 	idCounter   atomic.Uint64
 	connections atomic.Int64
+	// served is the sum over requests of the time from each one's arrival
+	// to its answer (ServedTime).
+	served atomic.Int64
 	// SetLatency, Stall and Resume.
 	faults.Controls
 	// MaxInFlight.
@@ -283,6 +286,13 @@ func (s *Server) Requests() int {
 // than the calls it has in flight at once.
 func (s *Server) Connections() int { return int(s.connections.Load()) }
 
+// ServedTime is the fake's own time over every request so far, from each
+// one's arrival (its headers read) to its answer written: with a latency
+// set, what the latency became on this machine — the timer waking late and
+// the answer's encoding included — so that a benchmark can tell the fake's
+// share of a call from the client's.
+func (s *Server) ServedTime() time.Duration { return time.Duration(s.served.Load()) }
+
 // FailMessage makes every matching entry fail in the Failed list of its
 // call's answer, with code and senderFault, from now on. SNS sets
 // SenderFault false for its own failures (InternalError) and true for the
@@ -331,6 +341,7 @@ func (s *Server) DropCalls(n int) {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
+	defer func() { s.served.Add(int64(time.Since(arrived))) }()
 	defer faults.Enter(&s.InFlight)()
 	s.mu.Lock()
 	s.requests++
