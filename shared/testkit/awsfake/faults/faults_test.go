@@ -34,6 +34,21 @@ func TestLatencyStallResumeRelease(t *testing.T) {
 	if !faults.Wait(ctx, &c, time.Now().Add(-latency)) {
 		t.Fatal("a call past its latency was not answered")
 	}
+	// A call with less than the timer's resolution left (the precise
+	// sleep alone) is still not answered before its due time.
+	arrived = time.Now().Add(-latency + time.Millisecond)
+	if !faults.Wait(ctx, &c, arrived) {
+		t.Fatal("a call with a millisecond left was not answered")
+	}
+	if took := time.Since(arrived); took < latency {
+		t.Errorf("a call with latency %s, a millisecond left on arrival, was answered after %s", latency, took)
+	}
+	// A client that gave up is not answered, whatever the time left.
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	if faults.Wait(gone, &c, time.Now().Add(-latency+time.Millisecond)) {
+		t.Error("a call whose client gave up during the precise sleep was answered")
+	}
 	c.SetLatency(0)
 
 	c.Stall()
