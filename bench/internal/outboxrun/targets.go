@@ -101,8 +101,9 @@ var SNSFIFOTopic = snsfake.TopicARN("bench-ordered.fifo")
 
 // NewSNSFIFOTarget serves the project's wire-level SNS fake
 // (shared/testkit/awsfake/snsfake), every PublishBatch taking latency, and routes
-// everything to a FIFO topic on it: the real SNS publisher, through the AWS
-// SDK's serializer, signer and retryer, sends each key's run in ordered
+// everything to a FIFO topic on it: the real SNS publisher, through the
+// client sns.NewClient builds (the publisher's PublishBatch serializer, the
+// SDK's signer, retryer and deserializer), sends each key's run in ordered
 // PublishBatch calls of up to 10.
 func NewSNSFIFOTarget(latency time.Duration) (*LocalTarget, error) {
 	tb := &cleanupTB{}
