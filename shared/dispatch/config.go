@@ -22,6 +22,8 @@ type Config struct {
 	// out: the key's head and the messages queued behind it,
 	// delivered in order. A hot key delivers about OrderedRun messages per
 	// claim-and-complete cycle, so this keeps a target busy with one key.
+	// A hot key alone in the queue gets longer runs, up to the batch size,
+	// while they publish in under a second (see the package doc).
 	OrderedRun int
 	// BatchBytes bounds the payload bytes of one claim (at least
 	// config.MinBatchBytes): the

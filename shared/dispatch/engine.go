@@ -31,6 +31,11 @@
 // are claimable as soon as the current ones are recorded. The run ends when
 // a claim made after every earlier completion comes back empty.
 //
+// A hot key alone in the queue gets longer runs: while its runs are cut at
+// the run length, no other work turns up and a run publishes in under a
+// second, each claim doubles the run, up to the batch size; anything else in
+// a batch brings it back to OrderedRun (pipeline.adaptRun says why).
+//
 // # Time
 //
 // Time is the scarce resource of a Lambda invocation. The engine stops
@@ -241,7 +246,8 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 	if p.log == nil {
 		p.log = e.log
 	}
-	return sum, p.run()
+	p.run = min(e.cfg.OrderedRun, p.batchSize)
+	return sum, p.loop()
 }
 
 // claimLease is the lease of a claim made now. Under a deadline it is the

@@ -30,6 +30,7 @@ type target struct {
 	mu        sync.Mutex
 	delivered map[uuid.UUID]int
 	calls     int
+	batches   []int // messages per Publish, in order
 	delay     time.Duration
 	answer    func(m *outboxtype.Message) publish.Result
 }
@@ -39,6 +40,7 @@ func newTarget() *target { return &target{delivered: map[uuid.UUID]int{}} }
 func (t *target) Publish(ctx context.Context, msgs []*outboxtype.Message) []publish.Result {
 	t.mu.Lock()
 	t.calls++
+	t.batches = append(t.batches, len(msgs))
 	delay, answer := t.delay, t.answer
 	t.mu.Unlock()
 	// One message per call, all at once, through the scheduler every real
@@ -864,5 +866,48 @@ func TestBatchClaimedAheadPastItsTimeIsReleased(t *testing.T) {
 	}
 	if sum.StoppedBy != dispatch.StoppedDeadline || sum.Batches != 3 || sum.Delivered != 200 || sum.Released != 100 {
 		t.Errorf("summary %+v, want a deadline stop after 3 batches: 200 delivered, 100 released", sum)
+	}
+}
+
+// A hot key alone in the queue gets longer runs while they publish
+// quickly: each run costs a completion and a claim, one after the other,
+// before the key's next, and against a target that takes many messages a
+// call those gaps weigh as much as calls. As soon as the batch holds
+// another key, runs are back to OrderedRun, so that no key waits long
+// behind another's run.
+func TestALoneHotKeysRunsGrowAndOtherKeysEndIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	payment := func(key string) func(i int) outbox.Message {
+		return func(i int) outbox.Message {
+			return outbox.Message{Namespace: "payments", Topic: "captured", OrderingKey: key, Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		keys    []string
+		perKey  int
+		batches []int
+	}{
+		{"one key", []string{"acct-1"}, 700, []int{100, 200, 400}},
+		{"two keys", []string{"acct-1", "acct-2"}, 300, []int{200, 200, 200}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			for _, key := range tc.keys {
+				f.enqueue(t, tc.perKey, payment(key))
+			}
+			sum, err := f.engine(t, dispatch.Config{BatchSize: 1000, MaxBatches: 100, OrderedRun: 100}).Run(ctx, dispatch.Request{WorkerID: "w"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := len(tc.keys) * tc.perKey; sum.Delivered != want {
+				t.Fatalf("delivered %d, want %d", sum.Delivered, want)
+			}
+			if !slices.Equal(f.payment.batches, tc.batches) {
+				t.Errorf("batches of %v messages, want %v", f.payment.batches, tc.batches)
+			}
+		})
 	}
 }

@@ -50,7 +50,16 @@ type pipeline struct {
 	// completing is the previous batch's completion, running behind while
 	// the current batch publishes; nil when none is.
 	completing chan completed
+
+	// run is the ordered run the next claim asks for: Config.OrderedRun,
+	// or longer while one hot key is alone in the queue (see adaptRun).
+	// claimedRun is the run the batch being delivered was claimed with.
+	run, claimedRun int
 }
+
+// lonerRunTime bounds the growth of a lone key's runs: a run grows only
+// while its publishing took less (see adaptRun).
+const lonerRunTime = time.Second
 
 // stopReason is why a run stopped without an error: Summary.StoppedBy.
 type stopReason string
@@ -67,8 +76,8 @@ type completed struct {
 	err  error
 }
 
-// run moves claimed batches through the pipeline until a step stops it.
-func (p *pipeline) run() error {
+// loop moves claimed batches through the pipeline until a step stops it.
+func (p *pipeline) loop() error {
 	batch, err := p.claimNow()
 	for err == nil {
 		if len(batch) == 0 {
@@ -94,12 +103,14 @@ func (p *pipeline) deliver(batch []outboxtype.Message) ([]outboxtype.Message, er
 		return nil, stopReason(StoppedDeadline)
 	}
 
+	claimedRun := p.claimedRun
 	next := p.claimFollowing()
 
 	started := p.e.cfg.Clock()
 	routed := p.e.routeBatch(batch)
 	p.e.publishBatch(p.ctx, routed)
-	p.slowestPublish = max(p.slowestPublish, p.e.cfg.Clock().Sub(started))
+	took := p.e.cfg.Clock().Sub(started)
+	p.slowestPublish = max(p.slowestPublish, took)
 
 	if err := p.awaitCompletion(); err != nil {
 		p.salvage(routed.items, next)
@@ -107,7 +118,41 @@ func (p *pipeline) deliver(batch []outboxtype.Message) ([]outboxtype.Message, er
 	}
 	p.completeBehind(routed.items)
 
-	return next.batch(p)
+	following, err := next.batch(p)
+	p.adaptRun(batch, claimedRun, took, following)
+	return following, err
+}
+
+// adaptRun sizes the ordered runs of the claims that follow. A hot key
+// alone in the queue — the batch just published was one key's run, cut at
+// the run length, and the claim made meanwhile found nothing else — waits
+// between its runs for the run's completion and then the next claim, one
+// after the other, since a key has one claim in flight at a time. Against a
+// target that takes many messages per call (an SNS FIFO topic's
+// PublishBatch, 10) a run of OrderedRun is few calls and that wait weighs
+// as much as several of them. So while such a key's runs publish in under
+// lonerRunTime, its run doubles, up to the batch size. As soon as a batch
+// holds anything else, or a claim finds other work, runs are back to
+// OrderedRun: messages of other keys that arrive meanwhile wait behind a
+// long run for less than about twice lonerRunTime.
+func (p *pipeline) adaptRun(published []outboxtype.Message, claimedRun int, took time.Duration, following []outboxtype.Message) {
+	alone := len(following) == 0 && len(published) == claimedRun && oneKey(published)
+	switch {
+	case !alone:
+		p.run = min(p.e.cfg.OrderedRun, p.batchSize)
+	case took < lonerRunTime:
+		p.run = min(2*claimedRun, p.batchSize)
+	}
+}
+
+// oneKey reports whether msgs all belong to one ordering key.
+func oneKey(msgs []outboxtype.Message) bool {
+	for i := range msgs {
+		if msgs[i].OrderingKey == "" || msgs[i].OrderingKey != msgs[0].OrderingKey || msgs[i].Namespace != msgs[0].Namespace {
+			return false
+		}
+	}
+	return len(msgs) > 0
 }
 
 // claimNow claims a batch, if the deadline and the batch budget still
@@ -116,7 +161,8 @@ func (p *pipeline) claimNow() ([]outboxtype.Message, error) {
 	if why := p.mayClaim(0); why != "" {
 		return nil, stopReason(why)
 	}
-	return p.claim()
+	p.claimedRun = p.run
+	return p.claim(p.run)
 }
 
 // claimAfterCompletion follows a claim that came back empty. With nothing
@@ -137,6 +183,7 @@ func (p *pipeline) claimAfterCompletion() ([]outboxtype.Message, error) {
 // while the current one publishes, claimed after it, or not at all (why).
 type following struct {
 	ahead chan claimed
+	run   int // the ordered run the claim ahead asked for
 	after bool
 	why   stopReason
 }
@@ -152,12 +199,12 @@ func (p *pipeline) claimFollowing() following {
 	if why := p.mayClaim(p.slowestPublish); why != "" {
 		return following{why: stopReason(why)}
 	}
-	ahead := make(chan claimed, 1)
+	ahead, run := make(chan claimed, 1), p.run
 	go func() {
-		msgs, err := p.claim()
+		msgs, err := p.claim(run)
 		ahead <- claimed{msgs, err}
 	}()
-	return following{ahead: ahead}
+	return following{ahead: ahead, run: run}
 }
 
 // batch is the batch after the current one: the claim made ahead, a claim
@@ -166,6 +213,7 @@ func (f following) batch(p *pipeline) ([]outboxtype.Message, error) {
 	switch {
 	case f.ahead != nil:
 		got := <-f.ahead
+		p.claimedRun = f.run
 		return got.msgs, got.err
 	case f.after:
 		return p.claimNow()
@@ -204,12 +252,13 @@ func (p *pipeline) pastPublishing(batch []outboxtype.Message) bool {
 	return false
 }
 
-// claim is the claim step: one round trip.
-func (p *pipeline) claim() ([]outboxtype.Message, error) {
+// claim is the claim step: one round trip, with ordered runs of up to run
+// messages.
+func (p *pipeline) claim(run int) ([]outboxtype.Message, error) {
 	ctx, span := p.e.tracer.Start(p.ctx, "claim")
 	msgs, err := p.e.store.ClaimBatch(ctx, lease.ClaimParams{
 		WorkerID: p.workerID, BatchSize: p.batchSize, Lease: p.e.claimLease(p.ctx), Namespaces: p.namespaces,
-		MaxRun: p.e.cfg.OrderedRun, MaxBytes: p.e.cfg.BatchBytes, MaxPayloadBytes: p.e.maxPayload,
+		MaxRun: run, MaxBytes: p.e.cfg.BatchBytes, MaxPayloadBytes: p.e.maxPayload,
 	})
 	span.SetAttribute("claimed", len(msgs))
 	span.End(err)
