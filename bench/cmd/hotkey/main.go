@@ -128,7 +128,7 @@ func run() error {
 				full = config.DefaultOrderedRun
 			}
 			r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{
-				BatchSize: *batch, Dispatchers: 1, Target: tgt, OrderedRun: n, FullBatch: min(full*max(*keys, 1), *batch),
+				BatchSize: *batch, Dispatchers: 1, Target: tgt, OrderedRun: n, FullBatch: outboxrun.AnyClaim,
 			})
 			db.Drop()
 			if err != nil {

@@ -165,10 +165,19 @@ type BurnDownOptions struct {
 	// OrderedRun is the engine's OrderedRun (0: the engine's default).
 	OrderedRun int
 	// FullBatch is the claim size the claim, completion and interval
-	// figures count as a full batch (BatchSize when zero): one hot key's
-	// claims carry one run each.
+	// figures count as a full batch (BatchSize when zero; AnyClaim: every
+	// claim that brought messages). One hot key's claims carry one run
+	// each, and a run grows while its key is alone.
 	FullBatch int
 }
+
+// AnyClaim as BurnDownOptions.FullBatch counts every claim that brought
+// messages, whatever its size.
+const AnyClaim = -1
+
+// counted reports whether a claim or completion of n messages counts in the
+// figures of full batches of size full.
+func counted(n, full int) bool { return n > 0 && (full == AnyClaim || n == full) }
 
 func (o BurnDownOptions) fullBatch() int {
 	if o.FullBatch > 0 {
@@ -205,7 +214,7 @@ func (s *timedStore) CompleteBatch(ctx context.Context, worker string, rs []leas
 	end := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(rs) != s.batchSize || err != nil {
+	if !counted(len(rs), s.batchSize) || err != nil {
 		s.lastEnd = time.Time{}
 		return cs, err
 	}
@@ -291,9 +300,9 @@ func (t *callTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 		return
 	}
 	took := time.Since(c.began)
-	full := data.Err == nil && data.CommandTag.RowsAffected() == int64(t.batchSize)
+	full := data.Err == nil && counted(int(data.CommandTag.RowsAffected()), t.batchSize)
 	if c.kind == callComplete {
-		full = data.Err == nil && c.results == t.batchSize
+		full = data.Err == nil && counted(c.results, t.batchSize)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

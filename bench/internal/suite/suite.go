@@ -18,7 +18,6 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/watermillrun"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
-	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/dbpool"
 	load "github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
@@ -505,7 +504,7 @@ func runHotKey(ctx context.Context, srv *scratch.Server, cfg Config, kind string
 			return err
 		}
 		r, err := outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{
-			BatchSize: cfg.ComparisonBatch, Dispatchers: 1, Target: target, FullBatch: config.DefaultOrderedRun,
+			BatchSize: cfg.ComparisonBatch, Dispatchers: 1, Target: target, FullBatch: outboxrun.AnyClaim,
 		})
 		db.Drop()
 		if err != nil {
