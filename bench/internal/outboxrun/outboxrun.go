@@ -147,6 +147,9 @@ func (r BurnDownResult) IntervalRate() float64 {
 	if r.IntervalLatency.P50 == 0 {
 		return 0
 	}
+	if r.Options.fullBatch() == AnyClaim {
+		return 0 // claims of every size: no one batch to rate the interval by
+	}
 	return float64(r.Options.Dispatchers*r.Options.fullBatch()) / r.IntervalLatency.P50.Seconds()
 }
 
@@ -180,7 +183,7 @@ const AnyClaim = -1
 func counted(n, full int) bool { return n > 0 && (full == AnyClaim || n == full) }
 
 func (o BurnDownOptions) fullBatch() int {
-	if o.FullBatch > 0 {
+	if o.FullBatch != 0 {
 		return o.FullBatch
 	}
 	return o.BatchSize
