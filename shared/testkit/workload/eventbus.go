@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -135,11 +136,7 @@ func (b *EventBus) Received() int {
 func (b *EventBus) Receipts() map[uuid.UUID]time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make(map[uuid.UUID]time.Time, len(b.receipts))
-	for id, at := range b.receipts {
-		out[id] = at
-	}
-	return out
+	return maps.Clone(b.receipts)
 }
 
 // Counts are the calls the endpoint answered: Calls the PutEvents

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -36,9 +37,5 @@ func (l *Ledger) Len() int {
 func (l *Ledger) CommitTimes() map[uuid.UUID]time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[uuid.UUID]time.Time, len(l.committed))
-	for id, at := range l.committed {
-		out[id] = at
-	}
-	return out
+	return maps.Clone(l.committed)
 }

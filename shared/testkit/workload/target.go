@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -107,11 +108,7 @@ func (t *Target) Received() int {
 func (t *Target) Receipts() map[uuid.UUID]time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[uuid.UUID]time.Time, len(t.receipts))
-	for id, at := range t.receipts {
-		out[id] = at
-	}
-	return out
+	return maps.Clone(t.receipts)
 }
 
 // TargetCounts are the calls the target answered.
