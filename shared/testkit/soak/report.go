@@ -43,6 +43,9 @@ type Report struct {
 	// Lost counts committed messages neither delivered nor dead.
 	Lost    int64 `json:"lost"`
 	Pending int64 `json:"pending_at_end"`
+	// StillPending describes up to 20 messages still pending at the end,
+	// with their keys' state: what a failed drain waited for.
+	StillPending []string `json:"still_pending,omitempty"`
 
 	// Deliveries counts every delivery (a call that reached the receiver's
 	// deduplication and was answered 200); Duplicates those beyond each
@@ -146,6 +149,32 @@ func (r *Report) account(ctx context.Context, db *pgxpool.Pool, book *ledgerBook
 	}
 	if err := one(`SELECT count(*) FROM outbox.pending`, &r.Pending); err != nil {
 		return err
+	}
+	if r.Pending > 0 {
+		rows, err := db.Query(ctx, `
+			SELECT format('%s %s/%s key %s seq %s behind %s paused %s leased %s due in %s attempts %s last %s: %s; key: head %s, parked %s, unsettled %s',
+			              p.id, p.namespace, p.topic, coalesce(p.ordering_key, '-'), coalesce(p.sequence_id::text, '-'), p.behind, p.paused,
+			              p.lease_token IS NOT NULL, p.next_attempt_at - clock_timestamp(), p.attempt_count,
+			              coalesce(p.last_error_code, '-'), left(coalesce(p.last_error, '-'), 120),
+			              (SELECT h.id::text FROM outbox.pending h WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind),
+			              EXISTS (SELECT 1 FROM outbox.dead d WHERE d.namespace = p.namespace AND d.ordering_key = p.ordering_key AND d.holds_key),
+			              EXISTS (SELECT 1 FROM outbox.unsettled_keys u WHERE u.namespace = p.namespace AND u.ordering_key = p.ordering_key))
+			FROM outbox.pending p ORDER BY p.id LIMIT 20`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				rows.Close()
+				return err
+			}
+			r.StillPending = append(r.StillPending, line)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 	}
 	dead, err := ids(`SELECT id, 1 FROM outbox.dead`)
 	if err != nil {
@@ -327,6 +356,9 @@ func (r *Report) Check() error {
 	c := r.Config
 	if !r.Drained || r.Pending != 0 {
 		fail("the queue did not drain: %d messages pending", r.Pending)
+		for _, line := range r.StillPending {
+			fail("  still pending: %s", line)
+		}
 	}
 	if r.Committed != int64(c.Messages) {
 		fail("producers committed %d messages, want %d", r.Committed, c.Messages)
