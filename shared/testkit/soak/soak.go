@@ -103,7 +103,13 @@ func QuickConfig() Config {
 	c.Bursts, c.BurstLength = 4, time.Second
 	c.Keys = 400
 	c.MaxBacklog = 3_000
-	c.Timeout, c.DrainTimeout = 4*time.Minute, 2*time.Minute
+	// The drain waits as long as the full soak's: an ordered message that
+	// meets a kill, a restart and the target's refusals in a row waits for
+	// each (a lease of the invocation's time left, the route's backoff), and
+	// quick runs measured such a message's commit-to-delivery at up to
+	// 1m47s, too near a 2-minute drain on a loaded machine. A drained queue
+	// ends the wait at once, so a passing run takes no longer.
+	c.Timeout, c.DrainTimeout = 5*time.Minute, 3*time.Minute
 	return c
 }
 
