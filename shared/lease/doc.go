@@ -52,6 +52,16 @@
 //     under the claim's one lease token, and the head stays the head until
 //     it is delivered or dead, so at most one claim is ever in flight on a
 //     key (the unique index pending_key_head guarantees it).
+//   - A run's lease is its head's: the head row is leased and records the
+//     run's last sequence id (outbox.pending.run_through); the messages
+//     behind it are read, not written, and are fenced by the head's token,
+//     holder and expiry. Their attempt is charged when their outcome is
+//     recorded (a RELEASED one is never charged), and by the reaper if the
+//     lease runs out. Writing one row per run rather than one per message
+//     is what makes a claim of ordered keys cost less than an unordered
+//     claim of the same size (docs/BENCHMARKS.md). A caller that records a
+//     run's outcomes one message at a time, in order, keeps the run's
+//     lease: it passes to the first message of the run not yet recorded.
 //   - The dispatcher delivers a run in order and completes it in one call:
 //     the messages before the first one not delivered as DISPATCHED, that
 //     one as RETRYABLE or FAILED, the rest as RELEASED — given back

@@ -258,8 +258,19 @@ func (f *fleet) retire(fn *lambdatest.Function) {
 // the function name, a colon and the request id). It retries while the
 // database is away.
 func (f *fleet) leasedBy(ctx context.Context, name string) []uuid.UUID {
-	return f.leased(ctx, `SELECT id FROM outbox.pending WHERE lease_token IS NOT NULL AND claimed_by LIKE $1`, name+":%")
+	return f.leased(ctx, leasedSQL+` WHERE h.claimed_by LIKE $1`, name+":%")
 }
+
+// leasedSQL lists the leased messages of the leases it is given as h: each
+// leased row, and the messages of the run leased with an ordered head
+// (outbox.pending.run_through), which hold no lease of their own.
+const leasedSQL = `SELECT r.id FROM outbox.pending h
+	CROSS JOIN LATERAL (
+		SELECT h.id
+		UNION ALL
+		SELECT f.id FROM outbox.pending f
+		WHERE h.run_through IS NOT NULL AND f.namespace = h.namespace AND f.ordering_key = h.ordering_key
+		  AND f.sequence_id > h.sequence_id AND f.sequence_id <= h.run_through) r`
 
 func (f *fleet) leased(ctx context.Context, sql string, args ...any) []uuid.UUID {
 	deadline := time.Now().Add(2 * time.Minute)

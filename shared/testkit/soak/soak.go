@@ -315,7 +315,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			// the lease expires, and they are delivered again.
 			unpaced.Store(true)
 			time.Sleep(time.Second)
-			before := flt.leased(runCtx, `SELECT id FROM outbox.pending WHERE lease_token IS NOT NULL`)
+			before := flt.leased(runCtx, leasedSQL+` WHERE h.lease_token IS NOT NULL`)
 			took, err := cluster.Restart(runCtx, mode)
 			unpaced.Store(false)
 			if err != nil {
