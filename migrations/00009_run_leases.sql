@@ -572,11 +572,14 @@ BEGIN
     -- makes after waiting for its lock, and is left alone: lease_lost.
     --
     -- A message of a run holds no lease of its own (see claim_batch): it is
-    -- leased while the key's head before it is, under the result's token,
-    -- to this worker, unexpired, with a run that reaches it (run_through).
-    -- That probe (one index descent to the head) is written out in each
-    -- statement: as a SQL function it would never be inlined (it has a
-    -- subquery), and a call per message cost 66 us against 4.
+    -- leased while its key's head is, under the result's token, to this
+    -- worker, unexpired, with a run that reaches it (run_through). That
+    -- probe is one descent of pending_key_head (a key's delivered messages
+    -- leave dead entries at the front of its pending_key_sequence range,
+    -- which a probe there would step over: quadratic in a hot key's
+    -- backlog), written out in each statement: as a SQL function it would
+    -- never be inlined (it has a subquery), and a call per message cost
+    -- 66 us against 4.
     --
     -- Almost every batch is all DISPATCHED: it runs the first statement,
     -- which is the second one's DISPATCHED part alone (the other outcomes'
@@ -596,7 +599,7 @@ BEGIN
               AND (p.lease_token = r.lease_token AND p.claimed_by = p_worker_id AND p.lease_expires_at > v_now
                    OR p.lease_token IS NULL
                       AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key
+                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
                                     AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
                                     AND h.lease_token = r.lease_token AND h.claimed_by = p_worker_id
                                     AND h.lease_expires_at > v_now))
@@ -646,13 +649,14 @@ BEGIN
                        array_agg(e.status ORDER BY e.ord) AS statuses
                 FROM exceptions e) e,
                (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys,
-                       array_agg(x.namespace) FILTER (WHERE x.run_through IS NOT NULL) AS run_ns,
-                       array_agg(x.ordering_key) FILTER (WHERE x.run_through IS NOT NULL) AS run_ok,
-                       array_agg(x.sequence_id) FILTER (WHERE x.run_through IS NOT NULL) AS run_seq,
-                       array_agg(x.run_through) FILTER (WHERE x.run_through IS NOT NULL) AS run_through,
-                       array_agg(x.lease_token) FILTER (WHERE x.run_through IS NOT NULL) AS run_token,
-                       array_agg(x.lease_expires_at) FILTER (WHERE x.run_through IS NOT NULL) AS run_until
-                FROM removed x WHERE x.ordering_key IS NOT NULL) k;
+                       array_agg(x.namespace) FILTER (WHERE x.run_through > x.named_through) AS run_ns,
+                       array_agg(x.ordering_key) FILTER (WHERE x.run_through > x.named_through) AS run_ok,
+                       array_agg(x.sequence_id) FILTER (WHERE x.run_through > x.named_through) AS run_seq,
+                       array_agg(x.run_through) FILTER (WHERE x.run_through > x.named_through) AS run_through,
+                       array_agg(x.lease_token) FILTER (WHERE x.run_through > x.named_through) AS run_token,
+                       array_agg(x.lease_expires_at) FILTER (WHERE x.run_through > x.named_through) AS run_until
+                FROM (SELECT x.*, max(x.sequence_id) OVER (PARTITION BY x.namespace, x.ordering_key) AS named_through
+                      FROM removed x WHERE x.ordering_key IS NOT NULL) x) k;
     ELSE
         -- The statements of outcomes absent from the batch are skipped
         -- whole (a one-time filter on the outcomes).
@@ -670,7 +674,7 @@ BEGIN
               AND (p.lease_token = r.lease_token AND p.claimed_by = p_worker_id AND p.lease_expires_at > v_now
                    OR p.lease_token IS NULL
                       AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key
+                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
                                     AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
                                     AND h.lease_token = r.lease_token AND h.claimed_by = p_worker_id
                                     AND h.lease_expires_at > v_now))
@@ -711,7 +715,7 @@ BEGIN
               AND (p.lease_token = r.lease_token AND p.claimed_by = p_worker_id AND p.lease_expires_at > v_now
                    OR p.lease_token IS NULL
                       AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key
+                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
                                     AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
                                     AND h.lease_token = r.lease_token AND h.claimed_by = p_worker_id
                                     AND h.lease_expires_at > v_now))
@@ -747,7 +751,7 @@ BEGIN
               AND r.outcome = 'RELEASED'
               AND p.lease_token IS NULL
               AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                          WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key
+                          WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
                             AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
                             AND h.lease_token = r.lease_token AND h.claimed_by = p_worker_id
                             AND h.lease_expires_at > v_now)
@@ -821,13 +825,14 @@ BEGIN
                        array_agg(e.status ORDER BY e.ord) AS statuses
                 FROM exceptions e) e,
                (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys,
-                       array_agg(x.namespace) FILTER (WHERE x.run_through IS NOT NULL) AS run_ns,
-                       array_agg(x.ordering_key) FILTER (WHERE x.run_through IS NOT NULL) AS run_ok,
-                       array_agg(x.sequence_id) FILTER (WHERE x.run_through IS NOT NULL) AS run_seq,
-                       array_agg(x.run_through) FILTER (WHERE x.run_through IS NOT NULL) AS run_through,
-                       array_agg(x.lease_token) FILTER (WHERE x.run_through IS NOT NULL) AS run_token,
-                       array_agg(x.lease_expires_at) FILTER (WHERE x.run_through IS NOT NULL) AS run_until
-                FROM removed x WHERE x.ordering_key IS NOT NULL) k;
+                       array_agg(x.namespace) FILTER (WHERE x.run_through > x.named_through) AS run_ns,
+                       array_agg(x.ordering_key) FILTER (WHERE x.run_through > x.named_through) AS run_ok,
+                       array_agg(x.sequence_id) FILTER (WHERE x.run_through > x.named_through) AS run_seq,
+                       array_agg(x.run_through) FILTER (WHERE x.run_through > x.named_through) AS run_through,
+                       array_agg(x.lease_token) FILTER (WHERE x.run_through > x.named_through) AS run_token,
+                       array_agg(x.lease_expires_at) FILTER (WHERE x.run_through > x.named_through) AS run_until
+                FROM (SELECT x.*, max(x.sequence_id) OVER (PARTITION BY x.namespace, x.ordering_key) AS named_through
+                      FROM removed x WHERE x.ordering_key IS NOT NULL) x) k;
     END IF;
 
     PERFORM set_config('enable_nestloop', v_nestloop, true), set_config('enable_mergejoin', v_mergejoin, true);
@@ -860,9 +865,10 @@ BEGIN
     -- named in this call (a caller recording outcomes one message at a
     -- time, in order) keeps its lease: the first of them takes it over,
     -- its attempt charged now, so that no other claim can take the key
-    -- while this one may still be delivering them. When the whole run was
-    -- recorded, as the dispatcher records it, this finds nothing: one probe
-    -- of pending_key_sequence per run.
+    -- while this one may still be delivering them. Only runs whose last
+    -- message did not leave in this call are looked at (v_run_*): the
+    -- dispatcher records a run whole, and a probe of a key whose messages
+    -- were just deleted steps over each of them (35 us a run).
     IF v_run_ns IS NOT NULL THEN
         WITH heirs AS (
             SELECT n.id, x.through, x.token, x.until
@@ -876,10 +882,15 @@ BEGIN
                 LIMIT 1) n
             WHERE n.id <> ALL (p_ids)
         )
+        -- The heir is the key's head now (its head just left), as the
+        -- completion's fence finds a run's head.
         UPDATE outbox.pending p
         SET claimed_by = p_worker_id, lease_token = h.token, lease_expires_at = h.until,
             attempt_count = p.attempt_count + 1,
-            run_through = CASE WHEN h.through > p.sequence_id THEN h.through END
+            run_through = CASE WHEN h.through > p.sequence_id THEN h.through END,
+            behind = EXISTS (SELECT 1 FROM outbox.pending o
+                             WHERE o.namespace = p.namespace AND o.ordering_key = p.ordering_key
+                               AND NOT o.behind AND o.id <> p.id)
         FROM heirs h
         WHERE p.id = h.id AND p.lease_token IS NULL;
     END IF;

@@ -1029,3 +1029,54 @@ func TestARunRecordedOneMessageAtATimeKeepsItsLease(t *testing.T) {
 		t.Fatalf("archived attempts by sequence: %v, want %v", attempts, want)
 	}
 }
+
+// A run's completion fences each of its messages by one probe of its key's
+// head, whatever the key delivered before: a hot key's run behind 3,000 of
+// its messages already delivered costs what it costs on a fresh key.
+// Measured as buffer accesses of the key's sequence index, not as time: a probe of
+// the key's sequence from its start stepped over every delivered message
+// still in the index (quadratic in the key's backlog: a hot key's
+// completion took 120 ms).
+func TestARunsCompletionDoesNotReadWhatItsKeyDelivered(t *testing.T) {
+	t.Parallel()
+	// One connection, so that every count the server has is this test's
+	// statements' once that connection flushed its own.
+	db := pgtest.NewWithConfig(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	ctx := context.Background()
+	store := lease.NewStore(db.Pool)
+	enqueue(t, db.Pool, 3200, ordered("payments", "acct-hot"))
+	for range 3 {
+		run := claimRun(t, store, "w", 1000, 1000)
+		if _, err := store.CompleteBatch(ctx, "w", dispatched(run)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := claimRun(t, store, "w", 200, 200)
+	if len(run) != 200 {
+		t.Fatalf("claimed %d, want the run of 200", len(run))
+	}
+	// Buffer accesses of the key's sequence index, as the server counts
+	// them: a session's counts reach it when the session flushes them,
+	// which pg_stat_force_next_flush makes happen at the end of its next
+	// transaction.
+	blocks := func() int {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes
+			WHERE schemaname = 'outbox' AND indexrelname = 'pending_key_sequence'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := blocks()
+	got, err := store.CompleteBatch(ctx, "w", dispatched(run))
+	if err != nil || slices.ContainsFunc(got, func(c lease.Completion) bool { return c.Status != outboxtype.StatusOK }) {
+		t.Fatalf("completion: %v %v", got, err)
+	}
+	if n := blocks() - before; n > 200 {
+		t.Fatalf("the completion of a run of 200 read pending_key_sequence %d times (buffer accesses), want a few per key", n)
+	}
+}
