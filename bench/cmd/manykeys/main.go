@@ -8,6 +8,7 @@
 //
 //	go run ./cmd/manykeys                  # from bench/: 2,000 keys × 25, 3 rounds
 //	go run ./cmd/manykeys -keep            # keep the templates, to look at the claim by hand
+//	go run ./cmd/manykeys -cpuprofile /tmp/mk.pprof   # a CPU profile of the rounds
 //
 // It prints figures, and fails only when a run does not deliver every
 // message.
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"time"
 
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
@@ -42,6 +44,7 @@ func run() error {
 		batch   = flag.Int("batch", 1000, "the engine's BatchSize")
 		rounds  = flag.Int("rounds", 3, "rounds; each drains the keyed and the unordered queue once")
 		keep    = flag.Bool("keep", false, "keep the template databases (their names are printed)")
+		profile = flag.String("cpuprofile", "", "write a CPU profile of the rounds to this file")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -76,6 +79,17 @@ func run() error {
 		if err := t.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT"); err != nil {
 			return err
 		}
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	fmt.Printf("%d keys × %d messages against %d unordered, batch %d\n", *keys, *perKey, spec.Messages, *batch)
 	fmt.Printf("%-5s %-9s %9s %10s %10s %8s\n", "round", "queue", "msgs/s", "claim p50", "compl p50", "ratio")
