@@ -96,24 +96,27 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 	}
 	defer rows.Close()
 	out := make([]outboxtype.Message, 0, max(p.BatchSize, 0))
+	// The nullable columns are scanned into pgtype's value types: into
+	// *string and *int64, pgx allocates each non-NULL value through
+	// reflection (a third of the claim's CPU on batches of 1,000). They and
+	// the message are scanned in place, declared once: scan targets escape,
+	// and a message declared per row was a heap object per row.
+	var (
+		tenant, dedupe, ordering, trace pgtype.Text
+		sequence                        pgtype.Int8
+		headers                         []byte
+	)
 	for rows.Next() {
-		// The nullable columns are scanned into pgtype's value types: into
-		// *string and *int64, pgx allocates each non-NULL value through
-		// reflection (a third of the claim's CPU on batches of 1,000).
-		var (
-			m                               outboxtype.Message
-			tenant, dedupe, ordering, trace pgtype.Text
-			sequence                        pgtype.Int8
-			headers                         []byte
-		)
+		out = append(out, outboxtype.Message{})
+		m := &out[len(out)-1]
+		headers = nil
 		// The payload is scanned as raw bytes: scanning jsonb into a
 		// json.RawMessage would run json.Unmarshal over every payload, about
 		// half of a dispatcher's CPU, to copy what PostgreSQL already
-		// guarantees is valid JSON.
-		// The ids are scanned as the 16 bytes they are: as a uuid.UUID,
-		// pgx would use its sql.Scanner, formatting each id as text for
-		// uuid.Parse to read back (8% of a dispatcher's CPU on batches of
-		// 1,000).
+		// guarantees is valid JSON. The ids are scanned as the 16 bytes they
+		// are: as a uuid.UUID, pgx would use its sql.Scanner, formatting
+		// each id as text for uuid.Parse to read back (8% of a dispatcher's
+		// CPU on batches of 1,000).
 		if err := rows.Scan((*[16]byte)(&m.ID), &m.Namespace, &m.Topic, &tenant, &dedupe, &ordering, &sequence,
 			(*[]byte)(&m.Payload), &headers, &trace, &m.Attempt, (*[16]byte)(&m.LeaseToken), &m.LeaseExpiresAt, &m.CreatedAt,
 			&m.PayloadBytes); err != nil {
@@ -128,7 +131,6 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 		// A NULL's String and Int64 are their zero values.
 		m.TenantID, m.DedupeKey, m.OrderingKey, m.TraceHeader = tenant.String, dedupe.String, ordering.String, trace.String
 		m.SequenceID = sequence.Int64
-		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, translate("claim", err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/bench/internal/report"
+	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/suite"
 )
 
@@ -35,7 +36,7 @@ func main() {
 func run() error {
 	quickDefault, _ := strconv.ParseBool(os.Getenv("BENCH_QUICK"))
 	var (
-		dbURL    = flag.String("database-url", firstSet(os.Getenv("OUTBOX_BENCH_DATABASE_URL"), os.Getenv("OUTBOX_TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL superuser URL (it creates and drops outbox_bench_* databases)")
+		dbURL    = scratch.URLFlag()
 		quick    = flag.Bool("quick", quickDefault, "a smaller, faster run (env BENCH_QUICK)")
 		messages = flag.Int("messages", envInt("BENCH_MESSAGES", 0), "messages per system (env BENCH_MESSAGES; default 200000, quick 20000)")
 		payload  = flag.Int("payload-bytes", envInt("BENCH_PAYLOAD_BYTES", 0), "payload size in bytes (env BENCH_PAYLOAD_BYTES; default 512)")
@@ -85,15 +86,6 @@ func run() error {
 	}
 	fmt.Printf("wrote %s and %s\n", md, filepath.Join(dir, plotFile))
 	return nil
-}
-
-func firstSet(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 func envInt(name string, def int) int {

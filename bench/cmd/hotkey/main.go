@@ -41,7 +41,7 @@ func main() {
 
 func run() error {
 	var (
-		dbURL    = flag.String("database-url", firstSet(os.Getenv("OUTBOX_BENCH_DATABASE_URL"), os.Getenv("OUTBOX_TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL superuser URL (it creates and drops outbox_bench_* databases)")
+		dbURL    = scratch.URLFlag()
 		target   = flag.String("target", "sns", "sns (a FIFO topic on the SNS fake) or http (a webhook server)")
 		messages = flag.Int("messages", 5000, "messages, over -keys keys")
 		keys     = flag.Int("keys", 1, "ordering keys, their messages interleaved: each key a hot key when several")
@@ -161,12 +161,3 @@ func run() error {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func firstSet(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}

@@ -37,7 +37,7 @@ func main() {
 
 func run() error {
 	var (
-		dbURL   = flag.String("database-url", firstSet(os.Getenv("OUTBOX_BENCH_DATABASE_URL"), os.Getenv("OUTBOX_TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL superuser URL (it creates and drops outbox_bench_* databases)")
+		dbURL   = scratch.URLFlag()
 		keys    = flag.Int("keys", 2000, "ordering keys")
 		perKey  = flag.Int("per-key", 25, "messages per key, interleaved with the other keys'")
 		payload = flag.Int("payload-bytes", 512, "payload size in bytes")
@@ -123,12 +123,3 @@ func run() error {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func firstSet(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}

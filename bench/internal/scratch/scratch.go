@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -22,6 +23,19 @@ import (
 // Prefix starts the name of every database this package creates, so that
 // an interrupted run's leftovers are recognisable (and dropped by Sweep).
 const Prefix = "outbox_bench_"
+
+// URLFlag defines the commands' -database-url flag: the superuser URL of
+// the server to run on, by default OUTBOX_BENCH_DATABASE_URL, else
+// OUTBOX_TEST_DATABASE_URL, else the local server's test database.
+func URLFlag() *string {
+	url := "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	for _, env := range []string{"OUTBOX_TEST_DATABASE_URL", "OUTBOX_BENCH_DATABASE_URL"} {
+		if v := os.Getenv(env); v != "" {
+			url = v
+		}
+	}
+	return flag.String("database-url", url, "PostgreSQL superuser URL (it creates and drops "+Prefix+"* databases)")
+}
 
 // Server is the PostgreSQL server the benchmarks run on, reached through an
 // administrative (superuser) URL.
