@@ -104,12 +104,18 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 	var (
 		tenant, dedupe, ordering, trace pgtype.Text
 		sequence                        pgtype.Int8
-		headers                         []byte
+		// Read in place from the row, not copied into a heap object per
+		// row each: the headers are decoded here or not at all (most are
+		// {}), namespaces and topics are a few values repeated across the
+		// batch (interned), and the payloads are copied into a few blocks
+		// per claim (claimBuffer).
+		namespace, topic, payload, headers pgtype.DriverBytes
+		names                              = map[string]string{}
+		payloads                           claimBuffer
 	)
 	for rows.Next() {
 		out = append(out, outboxtype.Message{})
 		m := &out[len(out)-1]
-		headers = nil
 		// The payload is scanned as raw bytes: scanning jsonb into a
 		// json.RawMessage would run json.Unmarshal over every payload, about
 		// half of a dispatcher's CPU, to copy what PostgreSQL already
@@ -117,10 +123,14 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 		// are: as a uuid.UUID, pgx would use its sql.Scanner, formatting
 		// each id as text for uuid.Parse to read back (8% of a dispatcher's
 		// CPU on batches of 1,000).
-		if err := rows.Scan((*[16]byte)(&m.ID), &m.Namespace, &m.Topic, &tenant, &dedupe, &ordering, &sequence,
-			(*[]byte)(&m.Payload), &headers, &trace, &m.Attempt, (*[16]byte)(&m.LeaseToken), &m.LeaseExpiresAt, &m.CreatedAt,
+		if err := rows.Scan((*[16]byte)(&m.ID), &namespace, &topic, &tenant, &dedupe, &ordering, &sequence,
+			&payload, &headers, &trace, &m.Attempt, (*[16]byte)(&m.LeaseToken), &m.LeaseExpiresAt, &m.CreatedAt,
 			&m.PayloadBytes); err != nil {
 			return nil, translate("claim", err)
+		}
+		m.Namespace, m.Topic = intern(names, namespace), intern(names, topic)
+		if payload != nil { // NULL: the claim left the payload out
+			m.Payload = payloads.copy(payload)
 		}
 		if len(headers) > 2 { // not "{}"
 			if err := json.Unmarshal(headers, &m.Headers); err != nil {
@@ -137,6 +147,42 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 	}
 	sortRuns(out)
 	return out, nil
+}
+
+// intern returns b as a string, the same string for the same bytes: the
+// lookup converts b without allocating, so only a value not seen before in
+// the claim is copied.
+func intern(seen map[string]string, b []byte) string {
+	if s, ok := seen[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	seen[s] = s
+	return s
+}
+
+// claimBuffer holds a claim's payloads in a few large blocks instead of a
+// heap object each. A message's payload is a slice of a block, capped at
+// its length so that appending to it copies instead of overwriting the
+// next payload; a block lives as long as any message of its claim holds a
+// slice of it, which is the claim's batch.
+type claimBuffer struct{ block []byte }
+
+// claimBufferBlock is large enough that a batch of typical payloads takes
+// a handful of blocks, small enough that a claim of a few messages does not
+// hold much more than it needs.
+const claimBufferBlock = 64 << 10
+
+func (b *claimBuffer) copy(src []byte) []byte {
+	if len(src) > cap(b.block)-len(b.block) {
+		if len(src) > claimBufferBlock/4 {
+			return append(make([]byte, 0, len(src)), src...) // a large payload has a block of its own
+		}
+		b.block = make([]byte, 0, claimBufferBlock)
+	}
+	start := len(b.block)
+	b.block = append(b.block, src...)
+	return b.block[start:len(b.block):len(b.block)]
 }
 
 // sortRuns puts each ordering key's messages together, in sequence order,
@@ -260,8 +306,9 @@ func (s *Store) CompleteBatch(ctx context.Context, workerID string, results []Re
 			hold[i] = pgtype.Bool{Bool: true, Valid: true}
 		}
 	}
-	rows, err := s.db.Query(ctx, completeBatchSQL, workerID, s.ceiling(), ids, tokens, outcomes,
-		errorCodes.arg(), errorMessages.arg(), targets.arg(), targetRefs.arg(), latencies, retryAt, onDead.arg(), hold)
+	rows, err := s.db.Query(ctx, completeBatchSQL, workerID, s.ceiling(), pointers(ids), pointers(tokens), pointers(outcomes),
+		errorCodes.arg(), errorMessages.arg(), targets.arg(), targetRefs.arg(), pointers(latencies), pointers(retryAt),
+		onDead.arg(), pointers(hold))
 	if err != nil {
 		return nil, translate("complete", err)
 	}
@@ -310,7 +357,26 @@ func (c *optionalText) set(i int, s string) {
 	c.values[i] = pgtype.Text{String: s, Valid: true}
 }
 
-func (c *optionalText) arg() []pgtype.Text { return c.values }
+func (c *optionalText) arg() pgtype.FlatArray[*pgtype.Text] { return pointers(c.values) }
+
+// pointers makes an array argument of values whose elements are pointers to
+// them. pgx hands each element of an array argument to its encoder as an
+// interface value, which copies every element that is not a pointer to the
+// heap: five heap objects per result of a batch, through reflection, for
+// arrays of pgtype values, strings and numbers alike. A pointer goes into an
+// interface as it is. The argument is NULL when values is nil, and the
+// array types are pgx's registered ones, so the simple protocol (RDS Proxy)
+// knows each array's type from its Go type.
+func pointers[T any](values []T) pgtype.FlatArray[*T] {
+	if values == nil {
+		return nil
+	}
+	out := make(pgtype.FlatArray[*T], len(values))
+	for i := range values {
+		out[i] = &values[i]
+	}
+	return out
+}
 
 const completeSQL = `SELECT outbox.complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 

@@ -905,3 +905,54 @@ func TestClaimReturnsPayloadAndHeadersIntact(t *testing.T) {
 		}
 	}
 }
+
+// The claim reads each row's payload, namespace and topic in place and
+// copies them out (payloads into a few blocks per claim): every message must
+// come back with its own bytes, whatever the rows after it held, and a
+// caller that appends to one payload must not write over the next.
+func TestClaimedMessagesOwnTheirPayloads(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	const n = 300 // about 180 KB of payloads: several blocks
+	padOf := func(i int) string {
+		size := 400 + i%7*100
+		if i%50 == 7 {
+			size = 40_000 // larger than a block's share: a block of its own
+		}
+		return strings.Repeat(string(rune('a'+i%26)), size)
+	}
+	enqueue(t, db.Pool, n, func(i int) outbox.Message {
+		m := plain(i)
+		m.Namespace, m.Topic = fmt.Sprintf("ns-%d", i%3), fmt.Sprintf("topic-%d", i%5)
+		m.Payload = json.RawMessage(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, padOf(i)))
+		return m
+	})
+	msgs, err := lease.NewStore(db.Pool).ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: n, Lease: time.Minute})
+	if err != nil || len(msgs) != n {
+		t.Fatalf("claim: %v (%d)", err, len(msgs))
+	}
+	claimed := make([]string, n)
+	for k, m := range msgs {
+		var p struct {
+			N   int
+			Pad string
+		}
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			t.Fatalf("claimed payload %.60q is not JSON: %v", m.Payload, err)
+		}
+		if p.Pad != padOf(p.N) || m.Namespace != fmt.Sprintf("ns-%d", p.N%3) || m.Topic != fmt.Sprintf("topic-%d", p.N%5) {
+			t.Fatalf("message %d came back as %s/%s with a payload of %d bytes, not as enqueued", p.N, m.Namespace, m.Topic, len(m.Payload))
+		}
+		claimed[k] = string(m.Payload)
+	}
+	const suffix = `, "appended": true}`
+	for k := range msgs {
+		msgs[k].Payload = append(msgs[k].Payload, suffix...)
+	}
+	for k, m := range msgs {
+		if string(m.Payload) != claimed[k]+suffix {
+			t.Fatalf("message %d's payload changed when the others were appended to: %.80q", k, m.Payload)
+		}
+	}
+}
