@@ -1,7 +1,9 @@
 // Package awserr answers, for the AWS publishers (sns, eventbridge,
 // lambdainvoke), the questions about an aws-sdk-go-v2 error that are the
 // same for every service, so that the webhook publisher and the scheduler
-// do not link the SDK to ask them.
+// do not link the SDK to ask them; and it is where their clients' retryer
+// (NewRetryer), which decides which errors the SDK retries and how often,
+// is made.
 package awserr
 
 import (

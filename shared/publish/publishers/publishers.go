@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
@@ -20,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 	ebpub "github.com/outboxkit/dispatcher/shared/publish/eventbridge"
 	"github.com/outboxkit/dispatcher/shared/publish/lambdainvoke"
 	snspub "github.com/outboxkit/dispatcher/shared/publish/sns"
@@ -40,18 +40,14 @@ type Deps struct {
 	WrapHTTP func(*http.Client) *http.Client
 }
 
-// sdkMaxAttempts keeps the SDK's own retries short: the outbox retries with
-// its own backoff, and an invocation's deadline is better spent on other
-// messages than on one throttled call.
-const sdkMaxAttempts = 2
-
 // Build returns a publisher per distinct target of table, keyed by
 // route.Target.Key().
 func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publish.Publisher, error) {
 	awsCfg := deps.AWS.Copy()
-	awsCfg.Retryer = func() aws.Retryer {
-		return retry.AddWithMaxAttempts(retry.NewStandard(), sdkMaxAttempts)
-	}
+	// Short SDK retries without a retry quota (see awserr.NewRetryer): the
+	// outbox retries with its own backoff, and an invocation's deadline is
+	// better spent on other messages than on one throttled call.
+	awsCfg.Retryer = awserr.NewRetryer
 	// One HTTP client for the AWS SDK clients, with enough idle connections
 	// per host for every call in flight: the default of 2 would make each
 	// burst reconnect.
@@ -85,7 +81,10 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 		switch t.Type {
 		case "sns":
 			if snsClient == nil {
-				snsClient = sns.NewFromConfig(awsCfg)
+				// The publisher's own client: its PublishBatch serializer
+				// (a hot key pays the SDK's on every call), a retryer
+				// without a retry quota, a pool for every call in flight.
+				snsClient = snspub.NewClient(awsCfg, inFlight)
 			}
 			p, err = snspub.New(snsClient, snspub.Config{
 				TopicARN: t.TopicARN, DefaultGroupID: t.MessageGroupID, MaxMessageBytes: r.MaxPayloadBytes,

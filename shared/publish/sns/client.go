@@ -1,40 +1,25 @@
 package sns
 
 import (
-	"math/rand/v2"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
+
+	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 )
 
-// The SDK retryer NewClient installs.
+// The SDK retryer NewClient installs: awserr.NewRetryer's, the same for
+// every AWS publisher's client.
 const (
 	// ClientMaxAttempts is the SDK's attempts per PublishBatch call, the
-	// first included. One quick retry absorbs a blip (a connection reset on
-	// a reused connection, one throttle); anything longer is the outbox's
-	// job, with its own backoff, its own attempt count and the invocation's
-	// deadline in view.
-	ClientMaxAttempts = 2
-	// ClientMaxBackoff caps the SDK's wait before its retry, well inside a
-	// call's Timeout. The wait is drawn uniformly from [0, ClientMaxBackoff)
-	// (full jitter), so that the retries of calls throttled together spread
-	// out; the SDK's own backoff would wait exactly the cap this short.
-	ClientMaxBackoff = 500 * time.Millisecond
+	// first included.
+	ClientMaxAttempts = awserr.RetryMaxAttempts
+	// ClientMaxBackoff caps the SDK's jittered wait before its retry.
+	ClientMaxBackoff = awserr.RetryMaxBackoff
 )
-
-// fullJitter is the SDK retryer's backoff: a uniformly random wait below the
-// duration.
-type fullJitter time.Duration
-
-func (j fullJitter) BackoffDelay(int, error) (time.Duration, error) {
-	return time.Duration(rand.Int64N(int64(j))), nil
-}
 
 // NewClient builds the SNS client a Publisher should be given, from the
 // function's AWS configuration (config.LoadDefaultConfig, so the
@@ -62,12 +47,7 @@ func (j fullJitter) BackoffDelay(int, error) (time.Duration, error) {
 // override the attempt count, as everywhere in the SDK.
 func NewClient(awsCfg aws.Config, maxInFlight int, optFns ...func(*sns.Options)) *sns.Client {
 	configure := func(o *sns.Options) {
-		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
-			so.MaxAttempts = ClientMaxAttempts
-			so.MaxBackoff = ClientMaxBackoff
-			so.Backoff = fullJitter(ClientMaxBackoff)
-			so.RateLimiter = ratelimit.None
-		})
+		o.Retryer = awserr.NewRetryer()
 		if buildable, ok := o.HTTPClient.(*awshttp.BuildableClient); ok {
 			o.HTTPClient = withIdleConnections(buildable, maxInFlight)
 		}
