@@ -28,7 +28,6 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
-	load "github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
 
 func main() {
@@ -103,9 +102,9 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			meter, stopMeter := cpuMeter(ctx, db)
+			stopMeter := db.MeterCPU(ctx)
 			f, err := floor.Run(ctx, db, c, *batch)
-			fcpu := stopMeter(meter)
+			fcpu := stopMeter()
 			db.Drop()
 			if err != nil {
 				return err
@@ -116,14 +115,14 @@ func run() error {
 			if db, err = srv.CreateFrom(ctx, "engine", tmpl.Name); err != nil {
 				return err
 			}
-			meter, stopMeter = cpuMeter(ctx, db)
+			stopMeter = db.MeterCPU(ctx)
 			var e outboxrun.BurnDownResult
 			// The engine's goroutines carry the label into the CPU profile:
 			// -tagfocus run=engine keeps them alone.
 			pprof.Do(ctx, pprof.Labels("run", "engine"), func(ctx context.Context) {
 				e, err = outboxrun.BurnDown(ctx, db, outboxrun.BurnDownOptions{BatchSize: *batch, Dispatchers: c})
 			})
-			ecpu := stopMeter(meter)
+			ecpu := stopMeter()
 			db.Drop()
 			if err != nil {
 				return err
@@ -149,23 +148,6 @@ func run() error {
 		fmt.Printf("best of each, %d connection(s): engine %.0f, floor %.0f msgs/s: %.3f (at the p50 interval %.3f; the goal is 0.9)\n", c, b.engine, b.floor, b.engine/b.floor, b.engineInterval/b.floorInterval)
 	}
 	return nil
-}
-
-// cpuMeter starts a CPU window on db's server processes and this one; the
-// returned function stops it.
-func cpuMeter(ctx context.Context, db *scratch.DB) (*load.CPUMeter, func(*load.CPUMeter) load.CPU) {
-	admin, err := db.Pool(ctx, 1)
-	if err != nil {
-		admin = nil
-	}
-	m := load.StartCPUMeter(admin, db.Name)
-	return m, func(m *load.CPUMeter) load.CPU {
-		c := m.Stop(ctx, admin, db.Name)
-		if admin != nil {
-			admin.Close()
-		}
-		return c
-	}
 }
 
 func perMessage(d time.Duration, messages int) float64 {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/migrations"
+	load "github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
 
 // Prefix starts the name of every database this package creates, so that
@@ -124,6 +125,23 @@ func (db *DB) Pool(ctx context.Context, maxConns int, configure ...func(*pgxpool
 		f(cfg)
 	}
 	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// MeterCPU starts a CPU window on the database's server processes and this
+// process (load.CPUMeter); the returned function stops it.
+func (db *DB) MeterCPU(ctx context.Context) func() load.CPU {
+	admin, err := db.Pool(ctx, 1)
+	if err != nil {
+		admin = nil // the window then counts this process and the machine only
+	}
+	m := load.StartCPUMeter(admin, db.Name)
+	return func() load.CPU {
+		c := m.Stop(ctx, admin, db.Name)
+		if admin != nil {
+			admin.Close()
+		}
+		return c
+	}
 }
 
 // Exec runs statements on one fresh connection to the database.

@@ -283,9 +283,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 		for _, c := range cfg.FloorClients {
 			step("SQL floor: %d client(s), batch %d (round %d of %d)", c, cfg.ComparisonBatch, round+1, Repeats)
 			err := fromTemplate("floor", func(db *scratch.DB) error {
-				meter, closeMeter := cpuMeter(ctx, db)
+				stopMeter := db.MeterCPU(ctx)
 				r, err := floor.Run(ctx, db, c, cfg.ComparisonBatch)
-				used := closeMeter(meter)
+				used := stopMeter()
 				if err == nil {
 					step("  %.0f msgs/s (claim p50 %s, complete p50 %s)", r.Rate(), ms(r.ClaimLatency.P50), ms(r.CompleteLatency.P50))
 					if r.Rate() > floors[c].Rate() || floors[c].Messages == 0 {
@@ -575,23 +575,6 @@ func runManyKeys(ctx context.Context, srv *scratch.Server, cfg Config, res *Resu
 // DeployFloorClients is the floor the deployment's drain is compared
 // with: the 2-client floor.
 const DeployFloorClients = 2
-
-// cpuMeter starts a CPU window on db's server processes; the returned
-// function stops it and closes its pool.
-func cpuMeter(ctx context.Context, db *scratch.DB) (*load.CPUMeter, func(*load.CPUMeter) load.CPU) {
-	admin, err := db.Pool(ctx, 1)
-	if err != nil {
-		admin = nil
-	}
-	m := load.StartCPUMeter(admin, db.Name)
-	return m, func(m *load.CPUMeter) load.CPU {
-		c := m.Stop(ctx, admin, db.Name)
-		if admin != nil {
-			admin.Close()
-		}
-		return c
-	}
-}
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
