@@ -107,6 +107,9 @@ type Engine struct {
 	// maxPayload is the largest payload any route may send: a claim never
 	// loads a larger one.
 	maxPayload int
+	// lonerRunTime is lonerRunTime, apart so that a test of the runs'
+	// growth does not depend on how fast its machine publishes.
+	lonerRunTime time.Duration
 }
 
 // SetTracer records a span around each claim, publish and completion
@@ -131,7 +134,8 @@ func New(cfg Config, store Store, routes *route.Table, publishers map[string]pub
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{cfg: cfg, store: store, routes: routes, publishers: publishers, log: log, maxPayload: maxPayload}, nil
+	return &Engine{cfg: cfg, store: store, routes: routes, publishers: publishers, log: log, maxPayload: maxPayload,
+		lonerRunTime: lonerRunTime}, nil
 }
 
 // Request is one invocation's parameters: the event's overrides applied to

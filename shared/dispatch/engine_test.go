@@ -898,7 +898,12 @@ func TestALoneHotKeysRunsGrowAndOtherKeysEndIt(t *testing.T) {
 			for _, key := range tc.keys {
 				f.enqueue(t, tc.perKey, payment(key))
 			}
-			sum, err := f.engine(t, dispatch.Config{BatchSize: 1000, MaxBatches: 100, OrderedRun: 100}).Run(ctx, dispatch.Request{WorkerID: "w"})
+			e := f.engine(t, dispatch.Config{BatchSize: 1000, MaxBatches: 100, OrderedRun: 100})
+			// A run grows only while it publishes in under a second: on a
+			// loaded machine under the race detector a run of 200 can take
+			// longer, and the runs would rightly stop growing.
+			e.SetLonerRunTime(time.Minute)
+			sum, err := e.Run(ctx, dispatch.Request{WorkerID: "w"})
 			if err != nil {
 				t.Fatal(err)
 			}

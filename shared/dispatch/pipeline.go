@@ -140,7 +140,7 @@ func (p *pipeline) adaptRun(published []outboxtype.Message, claimedRun int, took
 	switch {
 	case !alone:
 		p.run = min(p.e.cfg.OrderedRun, p.batchSize)
-	case took < lonerRunTime:
+	case took < p.e.lonerRunTime:
 		p.run = min(2*claimedRun, p.batchSize)
 	}
 }
