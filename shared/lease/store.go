@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -104,14 +105,12 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 	var (
 		tenant, dedupe, ordering, trace pgtype.Text
 		sequence                        pgtype.Int8
-		// Read in place from the row, not copied into a heap object per
-		// row each: the headers are decoded here or not at all (most are
-		// {}), namespaces and topics are a few values repeated across the
-		// batch (interned), and the payloads are copied into a few blocks
-		// per claim (claimBuffer).
+		// Read in place from the row: the headers are decoded here or not
+		// at all (most are {}), and namespaces and topics are a few values
+		// repeated across the batch (interned), not a heap object per row
+		// each. The payload is copied out of the row once.
 		namespace, topic, payload, headers pgtype.DriverBytes
 		names                              = map[string]string{}
-		payloads                           claimBuffer
 	)
 	for rows.Next() {
 		out = append(out, outboxtype.Message{})
@@ -129,10 +128,8 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 			return nil, translate("claim", err)
 		}
 		m.Namespace, m.Topic = intern(names, namespace), intern(names, topic)
-		if payload != nil { // NULL: the claim left the payload out
-			m.Payload = payloads.copy(payload)
-		}
-		if len(headers) > 2 { // not "{}"
+		m.Payload = bytes.Clone(payload) // nil stays nil: the claim left the payload out
+		if len(headers) > 2 {            // not "{}"
 			if err := json.Unmarshal(headers, &m.Headers); err != nil {
 				m.Headers = nil
 				m.DecodeError = fmt.Errorf("headers %s are not a JSON object of strings: %w", abbreviate(headers, 120), err)
@@ -159,30 +156,6 @@ func intern(seen map[string]string, b []byte) string {
 	s := string(b)
 	seen[s] = s
 	return s
-}
-
-// claimBuffer holds a claim's payloads in a few large blocks instead of a
-// heap object each. A message's payload is a slice of a block, capped at
-// its length so that appending to it copies instead of overwriting the
-// next payload; a block lives as long as any message of its claim holds a
-// slice of it, which is the claim's batch.
-type claimBuffer struct{ block []byte }
-
-// claimBufferBlock is large enough that a batch of typical payloads takes
-// a handful of blocks, small enough that a claim of a few messages does not
-// hold much more than it needs.
-const claimBufferBlock = 64 << 10
-
-func (b *claimBuffer) copy(src []byte) []byte {
-	if len(src) > cap(b.block)-len(b.block) {
-		if len(src) > claimBufferBlock/4 {
-			return append(make([]byte, 0, len(src)), src...) // a large payload has a block of its own
-		}
-		b.block = make([]byte, 0, claimBufferBlock)
-	}
-	start := len(b.block)
-	b.block = append(b.block, src...)
-	return b.block[start:len(b.block):len(b.block)]
 }
 
 // sortRuns puts each ordering key's messages together, in sequence order,

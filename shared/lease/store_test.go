@@ -907,18 +907,18 @@ func TestClaimReturnsPayloadAndHeadersIntact(t *testing.T) {
 }
 
 // The claim reads each row's payload, namespace and topic in place and
-// copies them out (payloads into a few blocks per claim): every message must
-// come back with its own bytes, whatever the rows after it held, and a
-// caller that appends to one payload must not write over the next.
+// copies them out: every message must come back with its own bytes,
+// whatever the rows after it held, and a caller that appends to one payload
+// must not write over the next.
 func TestClaimedMessagesOwnTheirPayloads(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	const n = 300 // about 180 KB of payloads: several blocks
+	const n = 300 // about 180 KB of payloads: many reads of the connection's buffer
 	padOf := func(i int) string {
 		size := 400 + i%7*100
 		if i%50 == 7 {
-			size = 40_000 // larger than a block's share: a block of its own
+			size = 40_000 // larger than the connection's read buffer
 		}
 		return strings.Repeat(string(rune('a'+i%26)), size)
 	}
