@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/dispatcher/bench/internal/cpuprof"
 	"github.com/outboxkit/dispatcher/bench/internal/floor"
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
@@ -75,17 +76,11 @@ func run() error {
 	if err := tmpl.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT"); err != nil {
 		return err
 	}
-	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cpuprof.Start(*profile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	fmt.Printf("%d messages of %d bytes, batch %d\n", spec.Messages, spec.PayloadBytes, *batch)
 	fmt.Printf("CPU per message: the database's backends (db) and this process (self), whose client is the floor's or the engine's\n")
 	fmt.Printf("%-5s %-5s %-7s %9s %10s %10s %11s %8s %8s %7s %7s\n", "round", "conns", "run", "msgs/s", "claim p50", "compl p50", "interval/s", "db µs", "self µs", "ratio", "at p50")

@@ -21,11 +21,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/outboxkit/dispatcher/bench/internal/cpuprof"
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
@@ -99,17 +99,11 @@ func run() error {
 		return err
 	}
 
-	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cpuprof.Start(*profile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	// Each key has at most one call in flight (its next run is claimable
 	// only once this one is recorded), so k keys cannot beat k calls per
 	// latency.

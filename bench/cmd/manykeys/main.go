@@ -20,9 +20,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"time"
 
+	"github.com/outboxkit/dispatcher/bench/internal/cpuprof"
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
@@ -80,17 +80,11 @@ func run() error {
 			return err
 		}
 	}
-	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cpuprof.Start(*profile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	fmt.Printf("%d keys × %d messages against %d unordered, batch %d\n", *keys, *perKey, spec.Messages, *batch)
 	fmt.Printf("%-5s %-9s %9s %10s %10s %8s\n", "round", "queue", "msgs/s", "claim p50", "compl p50", "ratio")
 	var best [2]float64
