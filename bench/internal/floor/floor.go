@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -81,6 +82,64 @@ SELECT x.id, x.attempt_count, 'DISPATCHED', $1, x.namespace, x.topic, x.tenant_i
 FROM removed x
 ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING`
 
+// Settings are the session settings the floor's statements run under, as
+// claim_batch's and complete_batch's run under their functions' SET
+// clauses: each statement on a plan made once per session, generic, with
+// sequential scans and sorts refused so that the plan is the walk of the
+// index it must be whatever the statistics said when it was made (a
+// generic plan cannot see the claim's LIMIT).
+var Settings = map[string]string{"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "enable_sort": "off"}
+
+// Prepare prepares the floor's two statements on c, as "floor_claim" and
+// "floor_complete"; c must run under Settings.
+func Prepare(ctx context.Context, c *pgconn.PgConn) error {
+	for _, s := range []struct{ name, sql string }{{"floor_claim", ClaimSQL}, {"floor_complete", CompleteSQL}} {
+		if _, err := c.Prepare(ctx, s.name, s.sql, nil); err != nil {
+			return fmt.Errorf("prepare %s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// Claim runs the floor's claim of up to limit rows for worker on c
+// (prepared by Prepare) and decodes nothing: it writes the claimed ids to
+// ids as an array literal and the claim's token to token, and returns how
+// many rows it claimed.
+func Claim(ctx context.Context, c *pgconn.PgConn, worker, limit []byte, ids *bytes.Buffer, token *[]byte) (int, error) {
+	ids.Reset()
+	ids.WriteByte('{')
+	n := 0
+	rr := c.ExecPrepared(ctx, "floor_claim", [][]byte{worker, limit}, nil, nil)
+	for rr.NextRow() {
+		v := rr.Values()
+		if n > 0 {
+			ids.WriteByte(',')
+		} else {
+			*token = append((*token)[:0], v[11]...)
+		}
+		ids.Write(v[0])
+		n++
+	}
+	ids.WriteByte('}')
+	if _, err := rr.Close(); err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	return n, nil
+}
+
+// Complete runs the floor's completion of the n claimed ids under token
+// on c, and fails unless it recorded all n.
+func Complete(ctx context.Context, c *pgconn.PgConn, worker, ids, token []byte, n int) error {
+	tag, err := c.ExecPrepared(ctx, "floor_complete", [][]byte{worker, ids, token}, nil, nil).Close()
+	if err != nil {
+		return fmt.Errorf("complete: %w", err)
+	}
+	if int(tag.RowsAffected()) != n {
+		return fmt.Errorf("complete recorded %d of %d messages", tag.RowsAffected(), n)
+	}
+	return nil
+}
+
 // Result is one floor run.
 type Result struct {
 	Clients         int
@@ -126,23 +185,14 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 		if err != nil {
 			return Result{}, err
 		}
-		// As claim_batch and complete_batch do: each statement on a plan
-		// made once per session, generic, with sequential scans and sorts
-		// refused so that the plan is the walk of the index it must be
-		// whatever the statistics said when it was made (a generic plan
-		// cannot see the claim's LIMIT).
-		cfg.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-		cfg.RuntimeParams["enable_seqscan"] = "off"
-		cfg.RuntimeParams["enable_sort"] = "off"
+		maps.Copy(cfg.RuntimeParams, Settings)
 		c, err := pgconn.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return Result{}, err
 		}
 		conns[i] = c
-		for _, s := range []struct{ name, sql string }{{"claim", ClaimSQL}, {"complete", CompleteSQL}} {
-			if _, err := c.Prepare(ctx, s.name, s.sql, nil); err != nil {
-				return Result{}, fmt.Errorf("prepare %s: %w", s.name, err)
-			}
+		if err := Prepare(ctx, c); err != nil {
+			return Result{}, err
 		}
 	}
 	type tally struct {
@@ -164,23 +214,10 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 			var token []byte
 			var lastEnd time.Time
 			for {
-				ids.Reset()
-				ids.WriteByte('{')
-				n := 0
 				began := time.Now()
-				rr := c.ExecPrepared(ctx, "claim", [][]byte{worker, limit}, nil, nil)
-				for rr.NextRow() {
-					v := rr.Values()
-					if n > 0 {
-						ids.WriteByte(',')
-					} else {
-						token = append(token[:0], v[11]...)
-					}
-					ids.Write(v[0])
-					n++
-				}
-				if _, err := rr.Close(); err != nil {
-					t.err = fmt.Errorf("claim: %w", err)
+				n, err := Claim(ctx, c, worker, limit, &ids, &token)
+				if err != nil {
+					t.err = err
 					return
 				}
 				took := time.Since(began)
@@ -191,9 +228,8 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 				if n == 0 {
 					return
 				}
-				ids.WriteByte('}')
 				began = time.Now()
-				tag, err := c.ExecPrepared(ctx, "complete", [][]byte{worker, ids.Bytes(), token}, nil, nil).Close()
+				err = Complete(ctx, c, worker, ids.Bytes(), token, n)
 				end := time.Now()
 				took = end.Sub(began)
 				t.complete += took
@@ -207,11 +243,7 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 					lastEnd = time.Time{}
 				}
 				if err != nil {
-					t.err = fmt.Errorf("complete: %w", err)
-					return
-				}
-				if int(tag.RowsAffected()) != n {
-					t.err = fmt.Errorf("complete recorded %d of %d messages", tag.RowsAffected(), n)
+					t.err = err
 					return
 				}
 				t.messages += n

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/dispatcher/bench/internal/callcost"
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
 	"github.com/outboxkit/dispatcher/bench/internal/riverrun"
 	"github.com/outboxkit/dispatcher/bench/internal/suite"
@@ -358,12 +359,34 @@ func writeFloorGap(b *strings.Builder, r *suite.Results) {
 			p("On two connections: claim p50 %s against %s, completion %s against %s.\n\n", msec(e.ClaimLatency.P50), msec(f.ClaimLatency.P50), msec(e.CompleteLatency.P50), msec(f.CompleteLatency.P50))
 		}
 	}
+	writeCallCost(b, r)
 	p("**Since migration 5** the floor's claim is the one `claim_batch` now runs for unordered traffic (see [how the floor is measured](#throughput-burn-down)), so the claims compare like with like and come out close; what separates them is mostly planning — `claim_batch` plans its larger statement (heads, the runs behind them, the window that bounds a claim's bytes) afresh on every call, 1.1–1.6 ms against 0.6–0.8 ms for the floor's statement (`EXPLAIN ANALYZE` on a copy of 10,000 messages when this section was written), and the function's second statement, the lease, is planned too. The completion was the gap, and is now mostly closed: `complete_batch` takes the Go store's results as typed arrays (`p_ids`, `p_lease_tokens`, `p_outcomes`, ... — the JSON document stays for other callers and is parsed once, into the same arrays), answers only the results that are not `ok` (`p_omit_ok`: a batch that went well answers no row), checks a malformed batch from what its statement wrote instead of in a separate pass over the document, looks for the exceptions (lease lost, dead, double dispatch) only when the counts of what it wrote say there are any, runs a statement of its own for a batch that is all `DISPATCHED` (the floor's two statements, with a token and the target's fields per result), and plans its statements once per session (they find `pending`'s rows by primary key from the batch's ids and join them with the results by hash, a plan right whatever the statistics say). Measured when this was written, on a copy of 120,000 messages, batches of 1,000 claimed and completed in turn on one connection by the previous `complete_batch`, the new one and the floor's completion (35 of each, two runs): the backend's CPU time per completion (from `/proc/<pid>/schedstat`) p50 14.8–15.3 ms for the previous function (its JSON document parsed twice, the status of every result joined back in order), 9.2–9.6 ms for the new one, 7.9–8.0 ms for the floor's statement; the call's time on the client p50 16.4–17.4 ms, 10.3–11.0 ms and 10.3–10.7 ms. What is left is the contract's: a lease token and the target's fields per result, the join that matches them, the function call. The dispatcher no longer encodes 1,000 JSON objects per batch nor decodes 1,000 statuses\n\n")
 	p("What the investigation before the optimisations of the previous run found (CPU profile of a burn-down with `runtime/pprof`; `auto_explain` with `log_analyze` and `log_nested_statements` on `outbox.complete_batch`; `EXPLAIN ANALYZE` of the claim's statement with real parameters), and what became of it:\n\n")
 	p("1. **Applied: the claim decoded every payload twice in Go.** `lease.Store.ClaimBatch` scanned `payload` into a `json.RawMessage`, which pgx's JSON codec sends through `json.Unmarshal` (validation, then a second scan to copy): about half of the dispatcher's CPU. It now scans the payload as raw bytes — PostgreSQL's `jsonb` output is always valid JSON — and decodes `headers` only when they are not `{}`.\n")
 	p("2. **Applied: the completion carried every payload it deleted through its CTEs.** `complete_batch`'s `removed` CTE (materialised: four CTEs read it) returned `payload` and `headers` of every deleted row, though only dead letters need them; it now returns them only for rows that are not `DISPATCHED`.\n")
 	p("3. **The claim's plan is the right one** at every depth (an index scan of `pending_claimable` that stops after the batch, `LockRows`; since migration 5 the ids are picked first and leased by primary key, an index scan of `pending_pkey`); the server-side time of the floor's claim and the function's claim are close. The `UPDATE` is not HOT (`lease_token` is in `pending_claimable`'s predicate), so every claim inserts 1,000 `pending_pkey` entries; that is inherent to leasing in the table and the floor pays it too.\n")
 	p("4. **Applied in this run: the completion's own costs**, as described above; the function's contract (fencing by worker, token and unexpired lease, retries and dead letters in the same call, a status for each result that is not `ok`) is unchanged, and the JSON document of other callers means exactly what the arrays mean.\n\n")
+}
+
+// writeCallCost says what PostgreSQL's backend spent per message on the
+// engine's calls and on the floor's statements (package callcost).
+func writeCallCost(b *strings.Builder, r *suite.Results) {
+	if len(r.CallCost) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	s := func(f func(callcost.Round) float64) callcost.Spread { return callcost.Summarise(r.CallCost, f) }
+	perMessage := func(f func(callcost.Round) float64) float64 { return s(f).Median }
+	claim, complete, both := s(callcost.Round.ClaimRatio), s(callcost.Round.CompleteRatio), s(callcost.Round.Ratio)
+	p("**In CPU time rather than wall-clock time.** With the engine's calls and the floor's statements taking turns, batch by batch, on one connection to one copy of the queue (`bench/internal/callcost`; `go run ./cmd/callcost` in `bench/` runs it alone), PostgreSQL's backend spent per message (medians of %d rounds of %s messages):\n\n", len(r.CallCost), thousands(float64(r.Config.Spec.Messages)))
+	p("| call | engine | floor | engine ÷ floor | over the rounds |\n|---|---:|---:|---:|---|\n")
+	p("| claim | %.1f µs | %.1f µs | %.3f | %.3f–%.3f |\n", perMessage(func(x callcost.Round) float64 { return x.Engine.PerMessage(x.Engine.Claim) }),
+		perMessage(func(x callcost.Round) float64 { return x.Floor.PerMessage(x.Floor.Claim) }), claim.Median, claim.Min, claim.Max)
+	p("| completion | %.1f µs | %.1f µs | %.3f | %.3f–%.3f |\n", perMessage(func(x callcost.Round) float64 { return x.Engine.PerMessage(x.Engine.Complete) }),
+		perMessage(func(x callcost.Round) float64 { return x.Floor.PerMessage(x.Floor.Complete) }), complete.Median, complete.Min, complete.Max)
+	p("| both | | | **%.3f** | %.3f–%.3f |\n\n", both.Median, both.Min, both.Max)
+	p("Unlike the wall-clock figures above, which move by tens of percent from run to run on this shared machine, these ratios hold within a few percent from round to round. At one connection the backend's CPU is what limits both paths, so the engine can reach at most about %.2f of the floor's rate there (1 ÷ %.3f); on two connections the engine's own process, which decodes every column the floor's client leaves undecoded, competes for the same two cores too. ", 1/both.Median, both.Median)
+	p("The completion's extra CPU is the contract's: `complete_batch` matches each result's lease token, target, target reference and latency to its row (a hash join of the results' arrays with the deleted rows) and archives them, where the floor's statement checks one token and archives constants. Measured by hand when this section was written (`-complete-sql` with a copy of `complete_batch` whose all-`DISPATCHED` statement checks the first token only and archives constants, as the floor does): its completion came to 1.07 of the floor's instead of 1.22, so about two thirds of the completion's excess is that per-result join and a third the function around it (its arrays received, the tally of what it wrote, the archive put in the results' order). Driving the join from the results' array with a nested loop of primary-key probes instead of the hash cut it to 1.17, but a generic plan made while `pending` is nearly empty could then turn the loop around (a scan of `pending` for every result), so it is not applied.\n\n")
 }
 
 func writeLatencyGap(b *strings.Builder, r *suite.Results) {

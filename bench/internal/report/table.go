@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/outboxkit/dispatcher/bench/internal/callcost"
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
 	"github.com/outboxkit/dispatcher/bench/internal/suite"
 )
@@ -37,6 +38,13 @@ func rows(r *suite.Results) []row {
 	for _, f := range r.Floor {
 		add(fmt.Sprintf("SQL floor burn-down: batch %d, %d client(s)", f.BatchSize, f.Clients), rate(f.Rate()),
 			fmt.Sprintf("claim p50 %s, complete p50 %s", msec(f.ClaimLatency.P50), msec(f.CompleteLatency.P50)))
+	}
+	if len(r.CallCost) > 0 {
+		s := func(f func(callcost.Round) float64) callcost.Spread { return callcost.Summarise(r.CallCost, f) }
+		both := s(callcost.Round.Ratio)
+		add("PostgreSQL CPU per message, engine ÷ floor (their calls in turn on one connection)", fmt.Sprintf("%.3f", both.Median),
+			fmt.Sprintf("median of %d rounds (%.3f–%.3f); claim %.3f, complete %.3f", len(r.CallCost), both.Min, both.Max,
+				s(callcost.Round.ClaimRatio).Median, s(callcost.Round.CompleteRatio).Median))
 	}
 	for _, g := range r.Grid {
 		var notes []string

@@ -11,6 +11,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/outboxkit/dispatcher/bench/internal/callcost"
 	"github.com/outboxkit/dispatcher/bench/internal/environment"
 	"github.com/outboxkit/dispatcher/bench/internal/floor"
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
@@ -32,6 +33,9 @@ type Config struct {
 	Dispatchers []int
 	// FloorClients are the bare-SQL floor's connection counts.
 	FloorClients []int
+	// CallCostRounds are the rounds of the server-CPU comparison of the
+	// engine's calls with the floor's (package callcost).
+	CallCostRounds int
 	// ComparisonBatch is the batch of the floor, the runs compared with
 	// River and the fixed-latency runs.
 	ComparisonBatch int
@@ -84,6 +88,7 @@ func Defaults(adminURL string, quick bool) Config {
 		AdminURL: adminURL, Spec: workload.Spec{Messages: 200_000, PayloadBytes: 512},
 		BatchSizes: []int{100, 500, 1000}, Dispatchers: []int{1, 2, 4}, FloorClients: []int{1, 2},
 		ComparisonBatch: 1000,
+		CallCostRounds:  3,
 		Latency:         20 * time.Millisecond, PerCall: 10, Concurrency: 8, LatencyMessages: 20_000,
 		Depths: []outboxrun.Depth{
 			{Pending: 1_000}, {Pending: 100_000}, {Pending: 1_000_000}, {Pending: 100_000, Archive: 10_000_000},
@@ -135,8 +140,11 @@ type Results struct {
 	// pipelined engine's claim ahead and completion then run at once.
 	DefaultPool outboxrun.BurnDownResult
 	Floor       []floor.Result
-	River       riverrun.Result
-	Watermill   watermillrun.Result
+	// CallCost is PostgreSQL's CPU per message on the engine's calls and
+	// the floor's statements, taking turns on one connection, per round.
+	CallCost  []callcost.Round
+	River     riverrun.Result
+	Watermill watermillrun.Result
 	// LatencyEngine drains LatencyMessages against the fixed-latency
 	// target (the faster of Repeats runs).
 	LatencyEngine outboxrun.BurnDownResult
@@ -179,6 +187,7 @@ const (
 	PhaseEnqueue   = "enqueue"
 	PhaseGrid      = "engine burn-down"
 	PhaseFloor     = "SQL floor"
+	PhaseCallCost  = "server CPU per call"
 	PhaseRiver     = "River"
 	PhaseWatermill = "watermill-sql"
 	PhaseLatency   = "fixed-latency target"
@@ -322,6 +331,17 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 	for _, c := range cfg.FloorClients {
 		if f, ok := floors[c]; ok {
 			res.Floor = append(res.Floor, f)
+		}
+	}
+	// What separates the engine from the floor on the database's side,
+	// call by call, in CPU time rather than wall-clock time.
+	step("server CPU per call: the engine's and the floor's calls taking turns on one connection, batch %d (%d rounds)", cfg.ComparisonBatch, cfg.CallCostRounds)
+	if rs, err := callcost.Run(ctx, srv, tmpl.Name, cfg.ComparisonBatch, cfg.CallCostRounds, ""); err != nil {
+		fail(PhaseCallCost, err)
+	} else {
+		res.CallCost = rs
+		for i, r := range rs {
+			step("  round %d: engine ÷ floor, claim %.3f, complete %.3f, both %.3f", i+1, r.ClaimRatio(), r.CompleteRatio(), r.Ratio())
 		}
 	}
 	for _, bs := range cfg.BatchSizes {
