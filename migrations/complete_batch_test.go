@@ -343,14 +343,15 @@ func TestCompleteBatchRefusesAMalformedBatchWhole(t *testing.T) {
 }
 
 // A batch of DISPATCHED results only takes a statement of its own (the
-// common case, kept lean); the same results in a batch with another
-// outcome take the general one. Both record them alike: statuses,
-// attempts, what is left in pending.
+// common case, kept lean), and one claim's, under its one token, a leaner
+// one still; the same results in a batch with another outcome take the
+// general one. All three record them alike: statuses, attempts, what is
+// left in pending.
 func TestCompleteBatchAllDispatchedAsAnyOtherBatch(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	msgs := make([]outbox.Message, 8)
+	msgs := make([]outbox.Message, 12)
 	for i := range msgs {
 		msgs[i] = outbox.Message{Namespace: "billing", Topic: "usage", Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, i))}
 		if i%4 == 3 {
@@ -362,6 +363,7 @@ func TestCompleteBatchAllDispatchedAsAnyOtherBatch(t *testing.T) {
 	successors := []outbox.Message{
 		{Namespace: "billing", Topic: "usage", OrderingKey: "acct-3", Payload: json.RawMessage(`{}`)},
 		{Namespace: "billing", Topic: "usage", OrderingKey: "acct-7", Payload: json.RawMessage(`{}`)},
+		{Namespace: "billing", Topic: "usage", OrderingKey: "acct-11", Payload: json.RawMessage(`{}`)},
 	}
 	enqueued, err := outbox.EnqueueBatch(ctx, db.Pool, append(msgs, successors...))
 	if err != nil {
@@ -375,9 +377,11 @@ func TestCompleteBatchAllDispatchedAsAnyOtherBatch(t *testing.T) {
 	for _, m := range claimed {
 		tokens[m.ID] = m.LeaseToken
 	}
-	// Messages 0-3 alone, 4-7 with a RELEASED result added: each group has
-	// a delivery with every field, one under a stale token, one delivered
-	// before, and an ordered one.
+	// Messages 0-3 alone under their claim's one token, 4-7 alone, 8-11
+	// with a RELEASED result added: each group has a delivery with every
+	// field, one whose lease was lost (0-3: its row leased anew; 4-11: the
+	// result under a stale token, so that the batch has more than one), one
+	// delivered before, and an ordered one.
 	wants := []string{"ok", "lease_lost", "double_dispatch", "ok"}
 	group := func(first int) []sqlResult {
 		var rs []sqlResult
@@ -387,6 +391,12 @@ func TestCompleteBatchAllDispatchedAsAnyOtherBatch(t *testing.T) {
 				errorCode: "SLOW", errorMessage: strings.Repeat("é", 5000), latencyMS: int32(i % 4)}
 			switch i % 4 {
 			case 1:
+				if first == 0 {
+					if _, err := db.Pool.Exec(ctx, `UPDATE outbox.pending SET lease_token = gen_random_uuid() WHERE id = $1`, id); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
 				r.token = uuid.New()
 			case 2:
 				if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic)
@@ -398,7 +408,7 @@ func TestCompleteBatchAllDispatchedAsAnyOtherBatch(t *testing.T) {
 		}
 		return rs
 	}
-	alone, mixed := group(0), group(4)
+	oneClaim, alone, mixed := group(0), group(4), group(8)
 	extra, err := outbox.Enqueue(ctx, db.Pool, outbox.Message{Namespace: "billing", Topic: "usage", Payload: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -409,7 +419,7 @@ func TestCompleteBatchAllDispatchedAsAnyOtherBatch(t *testing.T) {
 	}
 	mixed = append(mixed, sqlResult{id: more[0].ID, token: more[0].LeaseToken, outcome: "RELEASED"})
 
-	for name, batch := range map[string][]sqlResult{"all DISPATCHED": alone, "with a RELEASED result": mixed} {
+	for name, batch := range map[string][]sqlResult{"one claim's, all DISPATCHED": oneClaim, "all DISPATCHED": alone, "with a RELEASED result": mixed} {
 		got := completions(t)(db.Pool.Query(ctx, completeArraysSQL, append([]any{100, false}, arrays(batch)...)...))
 		var order []uuid.UUID
 		for i, r := range batch {
@@ -423,18 +433,18 @@ func TestCompleteBatchAllDispatchedAsAnyOtherBatch(t *testing.T) {
 		}
 	}
 	for i := range wants {
-		a, m := snapshot(t, db, alone[i].id, time.Time{}), snapshot(t, db, mixed[i].id, time.Time{})
-		if a != m {
-			t.Errorf("result %d left different rows:\n  all DISPATCHED: %s\n  mixed:          %s", i, a, m)
+		o, a, m := snapshot(t, db, oneClaim[i].id, time.Time{}), snapshot(t, db, alone[i].id, time.Time{}), snapshot(t, db, mixed[i].id, time.Time{})
+		if o != m || a != m {
+			t.Errorf("result %d left different rows:\n  one claim's:    %s\n  all DISPATCHED: %s\n  mixed:          %s", i, o, a, m)
 		}
 	}
 	var heads int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.pending WHERE id = ANY ($1) AND NOT behind`,
-		[]uuid.UUID{enqueued[len(msgs)].ID, enqueued[len(msgs)+1].ID}).Scan(&heads); err != nil {
+		[]uuid.UUID{enqueued[len(msgs)].ID, enqueued[len(msgs)+1].ID, enqueued[len(msgs)+2].ID}).Scan(&heads); err != nil {
 		t.Fatal(err)
 	}
-	if heads != 2 {
-		t.Errorf("%d of the 2 delivered keys have their next message as head, want both", heads)
+	if heads != 3 {
+		t.Errorf("%d of the 3 delivered keys have their next message as head, want all", heads)
 	}
 }
 
