@@ -30,6 +30,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/bench/internal/floor"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
+	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
@@ -104,7 +105,7 @@ func measure(ctx context.Context, srv *scratch.Server, template string, batch in
 	defer db.Drop()
 	if variant != "" {
 		if err := db.Exec(ctx, variant); err != nil {
-			return Cost{}, Cost{}, fmt.Errorf("-complete-sql: %w", err)
+			return Cost{}, Cost{}, fmt.Errorf("the variant's SQL: %w", err)
 		}
 	}
 	if err := db.Exec(ctx, "VACUUM ANALYZE outbox.pending"); err != nil {
@@ -154,6 +155,10 @@ func measure(ctx context.Context, srv *scratch.Server, template string, batch in
 	var ids bytes.Buffer
 	var token []byte
 	results := make([]lease.Result, 0, batch)
+	// What the dispatch engine asks for with its defaults, behind the
+	// burn-down's catch-all EventBridge route (256 KiB payloads at most).
+	engineClaim := lease.ClaimParams{WorkerID: "engine", BatchSize: batch, Lease: 5 * time.Minute,
+		MaxRun: config.DefaultOrderedRun, MaxBytes: config.DefaultBatchBytes, MaxPayloadBytes: 256 << 10}
 	for turn := 0; ; turn++ {
 		if (turn%2 == 0) == floorFirst {
 			n := 0
@@ -174,7 +179,7 @@ func measure(ctx context.Context, srv *scratch.Server, template string, batch in
 		}
 		var msgs []outboxtype.Message
 		if err := timed(&engine.Claim, func() (err error) {
-			msgs, err = store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "engine", BatchSize: batch, Lease: 5 * time.Minute})
+			msgs, err = store.ClaimBatch(ctx, engineClaim)
 			return err
 		}); err != nil {
 			return Cost{}, Cost{}, err

@@ -376,14 +376,13 @@ func writeCallCost(b *strings.Builder, r *suite.Results) {
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	s := func(f func(callcost.Round) float64) callcost.Spread { return callcost.Summarise(r.CallCost, f) }
-	perMessage := func(f func(callcost.Round) float64) float64 { return s(f).Median }
 	claim, complete, both := s(callcost.Round.ClaimRatio), s(callcost.Round.CompleteRatio), s(callcost.Round.Ratio)
 	p("**In CPU time rather than wall-clock time.** With the engine's calls and the floor's statements taking turns, batch by batch, on one connection to one copy of the queue (`bench/internal/callcost`; `go run ./cmd/callcost` in `bench/` runs it alone), PostgreSQL's backend spent per message (medians of %d rounds of %s messages):\n\n", len(r.CallCost), thousands(float64(r.Config.Spec.Messages)))
 	p("| call | engine | floor | engine ÷ floor | over the rounds |\n|---|---:|---:|---:|---|\n")
-	p("| claim | %.1f µs | %.1f µs | %.3f | %.3f–%.3f |\n", perMessage(func(x callcost.Round) float64 { return x.Engine.PerMessage(x.Engine.Claim) }),
-		perMessage(func(x callcost.Round) float64 { return x.Floor.PerMessage(x.Floor.Claim) }), claim.Median, claim.Min, claim.Max)
-	p("| completion | %.1f µs | %.1f µs | %.3f | %.3f–%.3f |\n", perMessage(func(x callcost.Round) float64 { return x.Engine.PerMessage(x.Engine.Complete) }),
-		perMessage(func(x callcost.Round) float64 { return x.Floor.PerMessage(x.Floor.Complete) }), complete.Median, complete.Min, complete.Max)
+	p("| claim | %.1f µs | %.1f µs | %.3f | %.3f–%.3f |\n", s(func(x callcost.Round) float64 { return x.Engine.PerMessage(x.Engine.Claim) }).Median,
+		s(func(x callcost.Round) float64 { return x.Floor.PerMessage(x.Floor.Claim) }).Median, claim.Median, claim.Min, claim.Max)
+	p("| completion | %.1f µs | %.1f µs | %.3f | %.3f–%.3f |\n", s(func(x callcost.Round) float64 { return x.Engine.PerMessage(x.Engine.Complete) }).Median,
+		s(func(x callcost.Round) float64 { return x.Floor.PerMessage(x.Floor.Complete) }).Median, complete.Median, complete.Min, complete.Max)
 	p("| both | | | **%.3f** | %.3f–%.3f |\n\n", both.Median, both.Min, both.Max)
 	p("Unlike the wall-clock figures above, which move by tens of percent from run to run on this shared machine, these ratios hold within a few percent from round to round. At one connection the backend's CPU is what limits both paths, so the engine can reach at most about %.2f of the floor's rate there (1 ÷ %.3f); on two connections the engine's own process, which decodes every column the floor's client leaves undecoded, competes for the same two cores too. ", 1/both.Median, both.Median)
 	p("The completion's extra CPU is the contract's: `complete_batch` archives each result's own target, target reference and latency, so it matches the results' arrays to the rows it deleted (a hash join), where the floor's statement archives constants; and it is a function (its arrays received, the tally of what it wrote, the archive put in the results' order). Measured by hand with `-complete-sql` when this section was written: before migration 10 the completion also joined every result with its row to check each result's own token, and came to 1.22 of the floor's statement; fencing a batch of one claim's results with the claim's one token (migration 10) brought it to 1.11–1.15; a copy that archives constants, as the floor does, came to 1.07. Driving the old join from the results' array with a nested loop of primary-key probes instead of the hash cut it to 1.17, but a generic plan made while `pending` is nearly empty could turn that loop around (a scan of `pending` for every result), so it was not applied.\n\n")
