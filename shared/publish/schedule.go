@@ -359,6 +359,11 @@ func (s *schedule[E]) settle(c call[E]) {
 			s.ready = append(s.ready, li)
 		}
 	}
+	// Answered, the call's entries are not needed any more: dropping them
+	// frees their request bodies (a webhook's holds the whole payload) while
+	// the rest of the batch is sent, instead of keeping every body of the
+	// batch until its last call returns.
+	clear(c.entries)
 }
 
 // fanOut makes up to limit calls at once while this goroutine packs and

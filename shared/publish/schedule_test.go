@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/google/uuid"
 
@@ -833,6 +835,64 @@ func TestBatcherKeepsTheContractUnderLoad(t *testing.T) {
 				if r := byMsg[m]; r.Kind != want {
 					t.Errorf("unordered message: %s, want %s", describe(r), want)
 				}
+			}
+		})
+	}
+}
+
+// An answered call's entries are let go at once, not kept until the whole
+// batch is sent: a webhook's entry is its request body, which holds the
+// message's payload, and a batch's bodies together are as large as its
+// payloads again. Checked with weak pointers: after a collection, no entry
+// of a call already answered is still reachable from the Batcher.
+func TestBatcherLetsGoOfAnsweredEntries(t *testing.T) {
+	for _, concurrency := range []int{1, 4} {
+		t.Run(fmt.Sprintf("concurrency %d", concurrency), func(t *testing.T) {
+			msgs := unordered(12)
+			var (
+				mu       sync.Mutex
+				entries  = map[uuid.UUID]weak.Pointer[[]byte]{}
+				answered []uuid.UUID
+				alive    []uuid.UUID
+			)
+			b := publish.Batcher[*[]byte]{
+				MaxEntries: 1, Concurrency: concurrency,
+				Prepare: func(m *outboxtype.Message) (*[]byte, int, *publish.Result) {
+					body := make([]byte, 64<<10)
+					mu.Lock()
+					entries[m.ID] = weak.Make(&body)
+					mu.Unlock()
+					return &body, len(body), nil
+				},
+				Call: func(_ context.Context, ms []*outboxtype.Message, _ []*[]byte, results []publish.Result) bool {
+					mu.Lock()
+					defer mu.Unlock()
+					if ms[0] == msgs[len(msgs)-1] {
+						// The last call: every call answered before it has
+						// been settled once the others in flight return.
+						runtime.GC()
+						for _, id := range answered {
+							if entries[id].Value() != nil {
+								alive = append(alive, id)
+							}
+						}
+					}
+					answered = append(answered, ms[0].ID)
+					results[0] = publish.Ok("ref")
+					return false
+				},
+			}
+			results := b.Publish(context.Background(), msgs)
+			for i, r := range results {
+				if r.Kind != publish.Delivered {
+					t.Fatalf("message %d: %+v", i, r)
+				}
+			}
+			// The calls in flight beside the last one, or answered but not yet
+			// settled when it started, may still hold theirs.
+			if len(alive) > concurrency-1 {
+				t.Fatalf("%d of the %d entries answered before the last call were still held, with %d calls at once: %v",
+					len(alive), len(answered)-1, concurrency, alive)
 			}
 		})
 	}
