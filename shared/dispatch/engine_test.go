@@ -33,6 +33,10 @@ type target struct {
 	batches   []int // messages per Publish, in order
 	delay     time.Duration
 	answer    func(m *outboxtype.Message) publish.Result
+	// published is every message handed to Publish, as the engine holds
+	// it, and payloadBytes their payloads' size when they were.
+	published    []*outboxtype.Message
+	payloadBytes int
 }
 
 func newTarget() *target { return &target{delivered: map[uuid.UUID]int{}} }
@@ -41,6 +45,10 @@ func (t *target) Publish(ctx context.Context, msgs []*outboxtype.Message) []publ
 	t.mu.Lock()
 	t.calls++
 	t.batches = append(t.batches, len(msgs))
+	t.published = append(t.published, msgs...)
+	for _, m := range msgs {
+		t.payloadBytes += len(m.Payload)
+	}
 	delay, answer := t.delay, t.answer
 	t.mu.Unlock()
 	// One message per call, all at once, through the scheduler every real
@@ -183,6 +191,28 @@ func TestRunDrainsAcrossTargets(t *testing.T) {
 	}
 	if sum.Targets["http"].Delivered != 1000 || sum.Targets["sns"].Delivered != 500 || len(sum.Targets["sns"].Latencies) == 0 {
 		t.Fatalf("per-target figures %+v %+v", sum.Targets["http"], sum.Targets["sns"])
+	}
+}
+
+// Once a batch is published the engine lets go of its payloads: its
+// completion records outcomes, and the claim's byte budget counts on the
+// payloads of two batches in memory at once (the one published, the one
+// claimed ahead), not of three with the batch completing behind.
+func TestPublishedBatchesLetGoOfTheirPayloads(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, 300, billingMsg)
+	sum, err := f.engine(t, dispatch.Config{BatchSize: 100}).Run(context.Background(), dispatch.Request{WorkerID: "w"})
+	if err != nil || sum.Delivered != 300 {
+		t.Fatalf("summary %+v, %v: want 300 delivered", sum, err)
+	}
+	if len(f.billing.published) != 300 || f.billing.payloadBytes < 300*len(`{"n":0}`) {
+		t.Fatalf("the target was handed %d messages with %d bytes of payload, want 300 with theirs", len(f.billing.published), f.billing.payloadBytes)
+	}
+	for _, m := range f.billing.published {
+		if m.Payload != nil {
+			t.Fatalf("message %s still holds its payload %s after its batch was published and completed", m.ID, m.Payload)
+		}
 	}
 }
 

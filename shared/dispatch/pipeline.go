@@ -111,6 +111,13 @@ func (p *pipeline) deliver(batch []outboxtype.Message) ([]outboxtype.Message, er
 	p.e.publishBatch(p.ctx, routed)
 	took := p.e.cfg.Clock().Sub(started)
 	p.slowestPublish = max(p.slowestPublish, took)
+	// Its completion records outcomes, not payloads: dropped now, they are
+	// freed while the next batch publishes, so that the payloads of two
+	// batches are in memory at once (the one published, the one claimed
+	// ahead), as the claim's byte budget counts, not three.
+	for i := range batch {
+		batch[i].Payload = nil
+	}
 
 	if err := p.awaitCompletion(); err != nil {
 		p.salvage(routed.items, next)
