@@ -278,6 +278,45 @@ func TestHugePayloadsNeverReachTheFunctionsMemory(t *testing.T) {
 	t.Logf("peak RSS %d MiB beside 160 MiB of oversize payloads", peak>>20)
 }
 
+// Payloads a route may send, up to the claim's byte budget per batch
+// (OUTBOX_BATCH_MAX_BYTES, 64 MiB by default, two batches in memory at
+// once): the dispatch function delivers them all within the memory of the
+// template's function, 256 MB. Without a soft memory limit the collector let
+// the heap grow to twice what was live and the function peaked at 421 MiB,
+// which Lambda ends as out of memory, every invocation, with the batch's
+// leases left to expire.
+func TestPayloadsNearTheRoutesLimitKeepTheFunctionWithinItsMemory(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	rcv := newOrderedReceiver(t)
+	if _, err := db.Pool.Exec(ctx, `UPDATE outbox.limits SET max_payload_bytes = 1048576`); err != nil {
+		t.Fatal(err)
+	}
+	// 900 KiB each, under the webhook route's 1 MiB: 400 of them are 352 MiB.
+	large := json.RawMessage(`{"blob":"` + strings.Repeat("x", 900<<10) + `"}`)
+	producer := outbox.Producer{Limits: outbox.Limits{MaxPayloadBytes: 1 << 20}}
+	const n = 400
+	for range n {
+		if _, err := producer.Enqueue(ctx, db.Pool, outbox.Message{Namespace: "billing", Topic: "usage", Payload: large}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fn := start(t, "dispatch", env(db, "OUTBOX_ROUTES="+rcv.routes(""))...)
+	var sum dispatch.Summary
+	invoke(t, fn, event(t, "dispatch-schedule.json"), 60*time.Second, &sum)
+	if sum.Delivered != n {
+		t.Fatalf("%+v, want all %d delivered", sum, n)
+	}
+	const functionMemory = 256 << 20 // lambdatest's AWS_LAMBDA_FUNCTION_MEMORY_SIZE, the template's MemorySize
+	peak := peakRSS(t, fn.PID())
+	if peak > functionMemory {
+		t.Fatalf("the dispatch function peaked at %d MiB of memory delivering %d payloads of 900 KiB: over its %d MB",
+			peak>>20, n, functionMemory>>20)
+	}
+	t.Logf("peak RSS %d MiB delivering %d payloads of 900 KiB in %d batches", peak>>20, n, sum.Batches)
+}
+
 // peakRSS is a process's high-water resident set (VmHWM), in bytes.
 func peakRSS(t *testing.T, pid int) int64 {
 	t.Helper()

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"os"
+	"strconv"
 )
 
 // Env is where a configuration is read from: the process's in production
@@ -75,3 +76,28 @@ func (e Env) WithDatabaseURL(url string) Env {
 // LambdaRuntimeAPI is the address of the Lambda Runtime API, "" outside
 // Lambda: a failed cold start reports its error there.
 func LambdaRuntimeAPI(env Env) string { return env.getenv()("AWS_LAMBDA_RUNTIME_API") }
+
+// MemoryLimit is the soft limit a function's Go runtime should keep its
+// memory under (runtime/debug.SetMemoryLimit), in bytes: four fifths of
+// the function's memory size (AWS_LAMBDA_FUNCTION_MEMORY_SIZE), the rest
+// left to what the Go runtime does not manage (the binary's pages, the
+// kernel's buffers). It is 0, none, outside Lambda and when GOMEMLIMIT is
+// set: the runtime applied that one itself at start.
+//
+// Without a limit the collector lets the heap grow to twice what is live:
+// two batches of payloads near a route's limit, within the claim's byte
+// budget (OUTBOX_BATCH_MAX_BYTES), then need twice their size, and the
+// dispatch function peaked at 421 MiB in a function of 256 MB — which
+// Lambda ends as out of memory, with the batch's leases left to expire
+// (TestPayloadsNearTheRoutesLimitKeepTheFunctionWithinItsMemory).
+func MemoryLimit(env Env) int64 {
+	getenv := env.getenv()
+	if getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	mb, err := strconv.ParseInt(getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"), 10, 64)
+	if err != nil || mb <= 0 {
+		return 0
+	}
+	return mb << 20 * 4 / 5
+}

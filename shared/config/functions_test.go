@@ -198,3 +198,24 @@ func TestLoadDemo(t *testing.T) {
 		t.Errorf("demo %+v", d)
 	}
 }
+
+// The soft memory limit comes from the function's memory size, leaving a
+// fifth to what the Go runtime does not manage; a GOMEMLIMIT the deployer
+// set is the runtime's own, and outside Lambda there is none.
+func TestMemoryLimitFollowsTheFunctionsMemory(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		want int64
+	}{
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256"}, 256 << 20 * 4 / 5},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}, 1769 << 20 * 4 / 5},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256", "GOMEMLIMIT": "100MiB"}, 0},
+		{map[string]string{}, 0},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "lots"}, 0},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "0"}, 0},
+	} {
+		if got := MemoryLimit(env(tc.vars)); got != tc.want {
+			t.Errorf("MemoryLimit(%v) = %d, want %d", tc.vars, got, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/config"
@@ -59,3 +60,14 @@ type InvocationError struct {
 func (e *InvocationError) Error() string { return fmt.Sprintf("%s: %v", e.Function, e.Err) }
 
 func (e *InvocationError) Unwrap() error { return e.Err }
+
+// LimitMemory gives the process the soft memory limit its function's
+// memory size calls for (config.MemoryLimit), once at cold start, before
+// anything is loaded: the collector then works harder as the heap nears
+// the function's memory instead of letting Lambda end the invocation.
+// Outside Lambda, or with GOMEMLIMIT set, it changes nothing.
+func LimitMemory(env config.Env) {
+	if limit := config.MemoryLimit(env); limit > 0 {
+		debug.SetMemoryLimit(limit)
+	}
+}
