@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -899,6 +900,31 @@ func TestBatchClaimedAheadPastItsTimeIsReleased(t *testing.T) {
 	}
 }
 
+// orderedClaims makes batch k's completion wait until the claim made ahead
+// of it has returned. Each batch here comes from a claim made after the
+// one before it was recorded, and has one claim made ahead of it while it
+// publishes: that claim is the 2k-th.
+type orderedClaims struct {
+	dispatch.Store
+	started, returned, completions atomic.Int32
+}
+
+func (c *orderedClaims) ClaimBatch(ctx context.Context, p lease.ClaimParams) ([]outboxtype.Message, error) {
+	c.started.Add(1)
+	defer c.returned.Add(1)
+	return c.Store.ClaimBatch(ctx, p)
+}
+
+func (c *orderedClaims) CompleteBatch(ctx context.Context, workerID string, results []lease.Result) ([]lease.Completion, error) {
+	k := c.completions.Add(1)
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(time.Millisecond) {
+		if n := c.started.Load(); n >= 2*k && c.returned.Load() == n {
+			break
+		}
+	}
+	return c.Store.CompleteBatch(ctx, workerID, results)
+}
+
 // A hot key alone in the queue gets longer runs while they publish
 // quickly: each run costs a completion and a claim, one after the other,
 // before the key's next, and against a target that takes many messages a
@@ -928,7 +954,19 @@ func TestALoneHotKeysRunsGrowAndOtherKeysEndIt(t *testing.T) {
 			for _, key := range tc.keys {
 				f.enqueue(t, tc.perKey, payment(key))
 			}
-			e := f.engine(t, dispatch.Config{BatchSize: 1000, MaxBatches: 100, OrderedRun: 100})
+			// What a batch's claim ahead finds decides whether its key is
+			// alone, and it must look while the batch is leased: a claim
+			// ahead that reached the database only after the batch's
+			// completion (its goroutine scheduled late, on a loaded machine)
+			// would rightly find the key's next run and keep the runs at 100
+			// (batches of 100, 100, 200, 300). So each completion waits for
+			// the claim made ahead of its batch (see orderedClaims).
+			claims := &orderedClaims{Store: f.store}
+			e, err := dispatch.New(dispatch.Config{BatchSize: 1000, MaxBatches: 100, OrderedRun: 100}, claims, f.table,
+				map[string]publish.Publisher{f.table.Routes[0].Target.Key(): f.billing, f.table.Routes[1].Target.Key(): f.payment}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			// A run grows only while it publishes in under a second: on a
 			// loaded machine under the race detector a run of 200 can take
 			// longer, and the runs would rightly stop growing.
