@@ -84,11 +84,13 @@ func LambdaRuntimeAPI(env Env) string { return env.getenv()("AWS_LAMBDA_RUNTIME_
 // kernel's buffers). It is 0, none, outside Lambda and when GOMEMLIMIT is
 // set: the runtime applied that one itself at start.
 //
-// Without a limit the collector lets the heap grow to twice what is live:
-// two batches of payloads near a route's limit, within the claim's byte
-// budget (OUTBOX_BATCH_MAX_BYTES), then need twice their size, and the
-// dispatch function peaked at 421 MiB in a function of 256 MB — which
-// Lambda ends as out of memory, with the batch's leases left to expire
+// Without a limit the collector lets the heap grow to twice what is live,
+// whatever the function's memory: batches of payloads near a route's limit,
+// within the claim's byte budget (OUTBOX_BATCH_MAX_BYTES), then need twice
+// their size. Before this limit (and before the dispatcher let go of
+// published payloads and request bodies) the dispatch function peaked at
+// 421 MiB in a function of 256 MB, which Lambda ends as out of memory with
+// the batch's leases left to expire; with all three, about 220 MiB
 // (TestPayloadsNearTheRoutesLimitKeepTheFunctionWithinItsMemory).
 func MemoryLimit(env Env) int64 {
 	getenv := env.getenv()
