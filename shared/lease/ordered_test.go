@@ -709,10 +709,49 @@ func TestClaimNeverLoadsOversizePayloadsAndKeepsToItsBudget(t *testing.T) {
 	if _, err := (outbox.Producer{Limits: outbox.Limits{MaxPayloadBytes: 8 << 20}}).EnqueueBatch(ctx, db.Pool, msgs); err != nil {
 		t.Fatal(err)
 	}
+	// The claim's order: the claim index's.
+	type queued struct {
+		id    uuid.UUID
+		bytes int
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT id, payload_bytes FROM outbox.pending ORDER BY next_attempt_at, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (q queued, err error) {
+		return q, r.Scan(&q.id, &q.bytes)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: 100, Lease: time.Minute,
 		MaxPayloadBytes: 1 << 20, MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The claim is the longest prefix of the queue within the budget, the
+	// oversize payloads counting for nothing.
+	want, budget := 0, 0
+	for _, q := range queue {
+		if q.bytes <= 1<<20 {
+			if budget+q.bytes > 1<<20 {
+				break
+			}
+			budget += q.bytes
+		}
+		want++
+	}
+	claimed := make(map[uuid.UUID]bool, len(got))
+	for _, m := range got {
+		claimed[m.ID] = true
+	}
+	for i, q := range queue[:want] {
+		if !claimed[q.id] {
+			t.Errorf("message %d of the queue was not claimed, want the first %d of %d", i, want, len(queue))
+		}
+	}
+	if len(got) != want {
+		t.Errorf("claimed %d messages, want the first %d of the queue", len(got), want)
 	}
 	var omitted, loaded, bytes int
 	for _, m := range got {

@@ -31,8 +31,9 @@ import (
 // leaves out is its contract, not the state transition: the argument
 // checks, the probes of outbox.unsettled_keys and outbox.paused, the runs behind ordered heads
 // (none here: the workload is unordered, so the function's followers are
-// empty), the window that bounds the claim's payload bytes, and the payload
-// left out above the largest a route may send.
+// empty), the sum of the claim's payload bytes (and, over its budget, the
+// cut at the running sum), and the payload left out above the largest a
+// route may send.
 const ClaimSQL = `WITH heads AS (
     SELECT p.id
     FROM outbox.pending p
