@@ -12,11 +12,11 @@
 -- the heads' bytes with its other aggregates and cuts at the running sum
 -- only when the sum is over the budget. Measured with bench/cmd/callcost
 -- (the backend's CPU per message, the engine's calls and the bare-SQL
--- floor's taking turns on one connection): the claim at 1.03-1.05 of the
--- floor's statement instead of 1.07-1.10 (both statements together 1.065
--- instead of 1.09, in alternating runs of five rounds). The signature, the rows, the
--- order of the cut and what is written are unchanged; the ordered paths
--- run the statements they ran before.
+-- floor's taking turns on one connection): the claim at 1.04 of the
+-- floor's statement instead of 1.07-1.10, both statements together at 1.07
+-- instead of 1.09 (alternating runs of five rounds). The signature, the
+-- rows, the order of the cut and what is written are unchanged; the
+-- ordered paths run the statements they ran before.
 
 -- +goose Up
 SET LOCAL ROLE outbox_owner;
