@@ -1,10 +1,12 @@
 package functions_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,14 +54,24 @@ func BenchmarkColdStart(b *testing.B) {
 
 // BenchmarkDispatchDrain measures one dispatch invocation draining a backlog
 // to a no-op target (a wire-level EventBridge that answers at once), through
-// the real binary: the rate the function itself sustains.
+// the real binary: the rate the function itself sustains (the last run's),
+// the bootstraps' CPU per message (their whole lives: cold start and the
+// drain) and their peak resident memory. The bootstrap runs with the collector its cold start
+// sets (config.GCPercent); a GOGC in the benchmark's environment is passed
+// on to it instead, to compare paces:
 //
 //	go test -run '^$' -bench DispatchDrain -benchtime 3x ./functions/
+//	GOGC=100 go test -run '^$' -bench DispatchDrain -benchtime 3x ./functions/
 func BenchmarkDispatchDrain(b *testing.B) {
 	const backlog = 20_000
 	eb := eventbridgefake.New(b)
 	payload := json.RawMessage(fmt.Sprintf(`{"tenant_id":"tenant-42","tokens":1200,"pad":%q}`, strings.Repeat("x", 460)))
-	var rate float64
+	var rate, peakMiB float64
+	var cpu time.Duration
+	var pace []string
+	if gogc := os.Getenv("GOGC"); gogc != "" {
+		pace = append(pace, "GOGC="+gogc)
+	}
 	for range b.N {
 		b.StopTimer()
 		db := pgtest.New(b)
@@ -73,10 +85,11 @@ func BenchmarkDispatchDrain(b *testing.B) {
 			}
 		}
 		db.Pool.Exec(context.Background(), "VACUUM ANALYZE outbox.pending")
-		f := lambdatest.Start(b, lambdatest.Build(b, "dispatch"), "dispatch",
-			"OUTBOX_DATABASE_URL="+db.URL, "OUTBOX_TRACING=off", "OUTBOX_FUNCTION_TIMEOUT=5m",
-			"OUTBOX_BATCH_SIZE=1000", "OUTBOX_MAX_BATCHES=100", "AWS_ENDPOINT_URL_EVENTBRIDGE="+eb.URL(),
-			`OUTBOX_ROUTES={"routes":[{"match":{"namespace":"*","topic":"*"},"target":{"type":"eventbridge","event_bus":"default"}}]}`)
+		envs := append([]string{"OUTBOX_DATABASE_URL=" + db.URL, "OUTBOX_TRACING=off", "OUTBOX_FUNCTION_TIMEOUT=5m",
+			"OUTBOX_BATCH_SIZE=1000", "OUTBOX_MAX_BATCHES=100", "AWS_ENDPOINT_URL_EVENTBRIDGE=" + eb.URL(),
+			`OUTBOX_ROUTES={"routes":[{"match":{"namespace":"*","topic":"*"},"target":{"type":"eventbridge","event_bus":"default"}}]}`},
+			pace...)
+		f := lambdatest.Start(b, lambdatest.Build(b, "dispatch"), "dispatch", envs...)
 		if _, err := f.ColdStart(30 * time.Second); err != nil {
 			b.Fatal(err)
 		}
@@ -89,6 +102,29 @@ func BenchmarkDispatchDrain(b *testing.B) {
 			b.Fatalf("delivered %d of %d: %+v", sum.Delivered, backlog, sum)
 		}
 		rate = float64(sum.Delivered) / (float64(sum.DurationMS) / 1000)
+		cpu += processCPU(b, f.PID())
+		peakMiB = max(peakMiB, float64(peakRSS(b, f.PID()))/(1<<20))
 	}
 	b.ReportMetric(rate, "msgs/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*backlog), "cpu-µs/msg")
+	b.ReportMetric(peakMiB, "peak-MiB")
+}
+
+// processCPU is the CPU time a process has used so far, user and system
+// (/proc/<pid>/stat, in the kernel's clock ticks of 10 ms).
+func processCPU(tb testing.TB, pid int) time.Duration {
+	tb.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Skipf("no /proc: %v", err)
+	}
+	// The command name, in parentheses, may hold spaces: the fields
+	// counted are those after it (utime and stime are the 14th and 15th).
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("/proc/%d/stat: %q", pid, stat)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }

@@ -318,7 +318,7 @@ func TestPayloadsNearTheRoutesLimitKeepTheFunctionWithinItsMemory(t *testing.T) 
 }
 
 // peakRSS is a process's high-water resident set (VmHWM), in bytes.
-func peakRSS(t *testing.T, pid int) int64 {
+func peakRSS(t testing.TB, pid int) int64 {
 	t.Helper()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

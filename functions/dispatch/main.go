@@ -24,7 +24,7 @@ import (
 
 func main() {
 	env := config.OS()
-	handler.LimitMemory(env)
+	handler.TuneCollector(env)
 	// Routes named by OUTBOX_ROUTES_SSM_PARAMETER are read here, once per
 	// cold start; nothing loads the AWS configuration for it otherwise.
 	env.ReadParameter = ssmparam.Reader(context.Background(), func(ctx context.Context) (aws.Config, error) {

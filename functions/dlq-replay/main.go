@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	handler.LimitMemory(config.OS())
+	handler.TuneCollector(config.OS())
 	cfg, err := config.LoadReplay(config.OS())
 	if err != nil {
 		handler.FailInit("dlq-replay", err)

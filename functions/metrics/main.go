@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	handler.LimitMemory(config.OS())
+	handler.TuneCollector(config.OS())
 	cfg, err := config.LoadMetrics(config.OS())
 	if err != nil {
 		handler.FailInit("metrics", err)

@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	handler.LimitMemory(config.OS())
+	handler.TuneCollector(config.OS())
 	cfg, err := config.LoadFunction(config.OS())
 	h, closeFn := migratefn.New(cfg, err, handler.Deps{})
 	// See functions/dispatch: SIGTERM closes the pool before the

@@ -219,3 +219,24 @@ func TestMemoryLimitFollowsTheFunctionsMemory(t *testing.T) {
 		}
 	}
 }
+
+// The collector's pace follows the function's memory inside Lambda; a
+// GOGC the deployer set is the runtime's own, and outside Lambda the
+// runtime's default stands.
+func TestGCPercentRaisesThePaceOnlyInsideAFunction(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		want int
+	}{
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256"}, FunctionGCPercent},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256", "GOMEMLIMIT": "100MiB"}, FunctionGCPercent},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256", "GOGC": "150"}, 0},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256", "GOGC": "off"}, 0},
+		{map[string]string{}, 0},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "lots"}, 0},
+	} {
+		if got := GCPercent(env(tc.vars)); got != tc.want {
+			t.Errorf("GCPercent(%v) = %d, want %d", tc.vars, got, tc.want)
+		}
+	}
+}

@@ -84,6 +84,8 @@ func Connect(ctx context.Context, function string, cfg config.Function, deps Dep
 	}
 	store := lease.NewStore(pool)
 	store.AttemptCeiling = ceiling
-	rt.Log.Info("cold start", "tracing", rt.Tracer.Enabled(), "tracing_reason", rt.Tracer.Reason(), "database", cfg.Database.String())
+	gogc, limitMiB := collectorSettings()
+	rt.Log.Info("cold start", "tracing", rt.Tracer.Enabled(), "tracing_reason", rt.Tracer.Reason(), "database", cfg.Database.String(),
+		"gogc", gogc, "memory_limit_mib", limitMiB)
 	return &Common{RT: rt, Pool: pool, Store: store, AWS: awsCfg}, nil
 }
