@@ -62,6 +62,7 @@ func BenchmarkColdStart(b *testing.B) {
 //
 //	go test -run '^$' -bench DispatchDrain -benchtime 3x ./functions/
 //	GOGC=100 go test -run '^$' -bench DispatchDrain -benchtime 3x ./functions/
+//	GODEBUG=gctrace=1 go test -run '^$' -bench DispatchDrain ./functions/  # and the collections each bootstrap made
 func BenchmarkDispatchDrain(b *testing.B) {
 	const backlog = 20_000
 	eb := eventbridgefake.New(b)
@@ -72,6 +73,13 @@ func BenchmarkDispatchDrain(b *testing.B) {
 	if gogc := os.Getenv("GOGC"); gogc != "" {
 		pace = append(pace, "GOGC="+gogc)
 	}
+	// GODEBUG=gctrace=1 is passed on too: the bootstraps' collections are
+	// then counted from their standard error.
+	gctrace := strings.Contains(os.Getenv("GODEBUG"), "gctrace=1")
+	if gctrace {
+		pace = append(pace, "GODEBUG="+os.Getenv("GODEBUG"))
+	}
+	collections := 0
 	for range b.N {
 		b.StopTimer()
 		db := pgtest.New(b)
@@ -104,6 +112,14 @@ func BenchmarkDispatchDrain(b *testing.B) {
 		rate = float64(sum.Delivered) / (float64(sum.DurationMS) / 1000)
 		cpu += processCPU(b, f.PID())
 		peakMiB = max(peakMiB, float64(peakRSS(b, f.PID()))/(1<<20))
+		for _, line := range strings.Split(f.Stderr(), "\n") {
+			if strings.HasPrefix(line, "gc ") {
+				collections++
+			}
+		}
+	}
+	if gctrace {
+		b.ReportMetric(float64(collections)/float64(b.N), "collections")
 	}
 	b.ReportMetric(rate, "msgs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*backlog), "cpu-µs/msg")

@@ -111,8 +111,9 @@ func MemoryLimit(env Env) int64 {
 // collections back as the heap nears it; in between, the collector runs a
 // quarter as often. The dispatch bootstrap draining 20,000 messages in
 // batches of 1,000 (BenchmarkDispatchDrain, GODEBUG=gctrace=1) collected
-// 7 times instead of 25, the collector's share of its CPU 3% instead of
-// 7%, and peaked at about 97 MiB of the template's 256 MB instead of 54.
+// 7 times instead of 23, the collector's share of its CPU about 3%
+// instead of 7%, and peaked at about 94 MiB of the template's 256 MB
+// instead of 58.
 // Where the dispatcher shares its cores with PostgreSQL, as in the
 // benchmarks, the collector's background work took those cores from the
 // database: the engine's burn-down reached 0.99 of the bare-SQL floor on
