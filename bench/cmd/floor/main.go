@@ -9,6 +9,10 @@
 //	go run ./cmd/floor -clients 2 -rounds 5
 //	go run ./cmd/floor -cpuprofile /tmp/fl.pprof  # a CPU profile of the rounds (-tagfocus run=engine: the engine's goroutines)
 //	go run ./cmd/floor -memprofile /tmp/fl.alloc  # what the run allocated, by where
+//	GOGC=100 go run ./cmd/floor                 # the collector at the runtime's default pace
+//
+// The process runs its Go collector at the pace the dispatcher's functions
+// set at cold start (outboxrun.PaceCollector), unless GOGC is set.
 //
 // It prints figures, and fails only when a run does not drain its queue.
 package main
@@ -50,6 +54,8 @@ func run() error {
 		profile  = flag.String("cpuprofile", "", "write a CPU profile of the rounds to this file (the floor's client is a small part of it)")
 	)
 	flag.Parse()
+	// The engine runs here as the functions run it (GOGC, when set, wins).
+	fmt.Printf("the Go collector at GOGC=%d\n", outboxrun.PaceCollector())
 	var counts []int
 	for _, f := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

@@ -54,6 +54,8 @@ func run() error {
 		keep     = flag.Bool("keep", false, "keep the template database (its name is printed), to look at the claim by hand")
 	)
 	flag.Parse()
+	// The engine runs here as the functions run it (GOGC, when set, wins).
+	fmt.Printf("the Go collector at GOGC=%d\n", outboxrun.PaceCollector())
 	var lengths []int
 	for _, s := range strings.Split(*runs, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

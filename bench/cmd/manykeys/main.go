@@ -47,6 +47,8 @@ func run() error {
 		profile = flag.String("cpuprofile", "", "write a CPU profile of the rounds to this file")
 	)
 	flag.Parse()
+	// The engine runs here as the functions run it (GOGC, when set, wins).
+	fmt.Printf("the Go collector at GOGC=%d\n", outboxrun.PaceCollector())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	srv := &scratch.Server{AdminURL: *dbURL}

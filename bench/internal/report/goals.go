@@ -108,6 +108,17 @@ func FloorAt(r *suite.Results, clients int) (floor.Result, bool) {
 	return floor.Result{}, false
 }
 
+// DefaultPaceAt is the engine's run beside the floor's with that many
+// connections at the Go runtime's default collector pace (GOGC=100).
+func DefaultPaceAt(r *suite.Results, dispatchers int) (outboxrun.BurnDownResult, bool) {
+	for _, e := range r.FloorDefaultPace {
+		if e.Options.Dispatchers == dispatchers {
+			return e, true
+		}
+	}
+	return outboxrun.BurnDownResult{}, false
+}
+
 // Goals evaluates the goals on r.
 func Goals(r *suite.Results) []Goal {
 	var goals []Goal
@@ -133,6 +144,9 @@ func Goals(r *suite.Results) []Goal {
 			g.Ratio = e.Rate() / f.Rate()
 			g.Measured = fmt.Sprintf("engine %s (batch %d, %d dispatcher(s)) / floor %s (%d client(s)); at the p50 batch interval: %s / %s = %.2f",
 				rate(e.Rate()), e.Options.BatchSize, c, rate(f.Rate()), c, rate(e.IntervalRate()), rate(f.IntervalRate()), e.IntervalRate()/f.IntervalRate())
+			if d, ok := DefaultPaceAt(r, c); ok {
+				g.Measured += fmt.Sprintf("; the collector at GOGC=%d, as the functions run it; at the runtime's default, GOGC=100: %s, %.2f", r.GCPercent, rate(d.Rate()), d.Rate()/f.Rate())
+			}
 		}
 		goals = append(goals, g)
 	}

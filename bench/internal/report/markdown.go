@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/riverrun"
 	"github.com/outboxkit/dispatcher/bench/internal/suite"
 	"github.com/outboxkit/dispatcher/bench/internal/watermillrun"
+	"github.com/outboxkit/dispatcher/shared/config"
 )
 
 // Markdown renders docs/BENCHMARKS.md; plotFile is the plot's name next to
@@ -131,6 +132,9 @@ func Markdown(r *suite.Results, plotFile string) string {
 	p("| CPU | %s, %d cores |\n| memory | %.1f GiB |\n| kernel | Linux %s |\n", e.CPU, e.Cores, e.MemoryGB, e.Kernel)
 	p("| load average (1, 5, 15 min) | %s at the start, %s at the end |\n", e.Load, r.LoadEnd)
 	p("| Go | %s |\n| PostgreSQL | %s |\n", e.Go, e.PostgreSQL)
+	if r.GCPercent != 0 {
+		p("| Go collector | `GOGC=%d` in the benchmark's process, where every system measured in process ran (the dispatcher's functions set %d at cold start, `config.FunctionGCPercent`, unless `GOGC` is set) |\n", r.GCPercent, config.FunctionGCPercent)
+	}
 	for _, m := range e.Modules {
 		p("| %s | %s |\n", m.Path, m.Version)
 	}

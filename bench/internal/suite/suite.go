@@ -140,6 +140,14 @@ type Results struct {
 	// pipelined engine's claim ahead and completion then run at once.
 	DefaultPool outboxrun.BurnDownResult
 	Floor       []floor.Result
+	// GCPercent is the Go collector's pace every system ran at in this
+	// process (outboxrun.PaceCollector: the functions' pace unless GOGC
+	// was set). FloorDefaultPace is the engine at the floor's batch and
+	// connection counts with the runtime's default pace (GOGC=100), the
+	// faster of Repeats runs each, made beside the floor's runs; empty
+	// when the run's pace is the default.
+	GCPercent        int
+	FloorDefaultPace []outboxrun.BurnDownResult
 	// CallCost is PostgreSQL's CPU per message on the engine's calls and
 	// the floor's statements, taking turns on one connection, per round.
 	CallCost  []callcost.Round
@@ -201,7 +209,7 @@ const (
 
 // Run runs everything, logging progress to log.
 func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
-	res := &Results{Config: cfg, Started: time.Now(), Failures: map[string]string{}}
+	res := &Results{Config: cfg, Started: time.Now(), Failures: map[string]string{}, GCPercent: outboxrun.PaceCollector()}
 	srv := &scratch.Server{AdminURL: cfg.AdminURL}
 	if err := srv.Check(ctx); err != nil {
 		return nil, err
@@ -277,6 +285,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 		return r, err
 	}
 	floors := map[int]floor.Result{}
+	defaultPace := map[int]outboxrun.BurnDownResult{}
 	paired := map[[2]int]outboxrun.BurnDownResult{}
 	keep := func(r outboxrun.BurnDownResult, err error) {
 		if err != nil {
@@ -310,6 +319,21 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 				fail(PhaseFloor, err)
 			}
 			keep(engine(cfg.ComparisonBatch, c))
+			if res.GCPercent != 100 {
+				// The same run at the runtime's default pace, for the
+				// report to say what the functions' pace changes.
+				var r outboxrun.BurnDownResult
+				var err error
+				outboxrun.AtCollectorPace(100, func() {
+					step("(at the Go runtime's default collector pace, GOGC=100)")
+					r, err = engine(cfg.ComparisonBatch, c)
+				})
+				if err != nil {
+					fail(PhaseGrid, err)
+				} else if best, ok := defaultPace[c]; !ok || r.Rate() > best.Rate() {
+					defaultPace[c] = r
+				}
+			}
 		}
 		step("River: InsertManyFast, then %d workers (round %d of %d)", riverrun.Workers, round+1, Repeats)
 		if db, err := srv.Create(ctx, "river"); err != nil {
@@ -331,6 +355,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Results, error) {
 	for _, c := range cfg.FloorClients {
 		if f, ok := floors[c]; ok {
 			res.Floor = append(res.Floor, f)
+		}
+		if e, ok := defaultPace[c]; ok {
+			res.FloorDefaultPace = append(res.FloorDefaultPace, e)
 		}
 	}
 	// What separates the engine from the floor on the database's side,
