@@ -40,7 +40,10 @@
 // AWS_LAMBDA_INITIALIZATION_TYPE, AWS_LAMBDA_LOG_LEVEL and
 // AWS_LAMBDA_RUNTIME_API are read here too, once per cold start, and
 // _X_AMZN_TRACE_ID, which the runtime sets for each invocation, through the
-// function that logging.Lambda and tracing.Config call.
+// function that logging.Lambda and tracing.Config call. Go's own GOGC and
+// GOMEMLIMIT are read only to leave them as the deployer set them: without
+// them a function's collector gets a soft limit from its memory size
+// (MemoryLimit) and a pace of FunctionGCPercent (GCPercent).
 //
 // # Tracing
 //
