@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxkit/dispatcher/migrations"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
@@ -267,65 +266,5 @@ func TestOperatorLogRecordsNamespaceGrants(t *testing.T) {
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.operator_log`).Scan(&n); err != nil || n != 4 {
 		t.Fatalf("the log holds %d rows after the attempts to rewrite it (%v), want 4", n, err)
-	}
-}
-
-// Upgrading keeps every dedupe window: a key whose message left no trace
-// (pending, dead or an outcome in the archive) takes its enqueue time as its
-// outcome's, the time its window was counted from before; the others keep
-// reading theirs from where it is.
-func TestUpgradeDatesKeysWhoseArchiveIsGone(t *testing.T) {
-	t.Parallel()
-	url := pgtest.NewEmpty(t)
-	ctx := context.Background()
-	m, err := migrations.Open(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.DownTo(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
-	conn := pgtest.Connect(t, url)
-	delivered, gone, waiting := uuid.New(), uuid.New(), uuid.New()
-	for _, stmt := range []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO outbox.dedupe (namespace, topic, dedupe_key, message_id, created_at) VALUES
-			('billing', 'charge', 'delivered', $1, now() - interval '10 days'),
-			('billing', 'charge', 'gone', $2, now() - interval '10 days'),
-			('billing', 'charge', 'waiting', $3, now() - interval '10 days')`, []any{delivered, gone, waiting}},
-		{`INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic, dedupe_key, created_at)
-			VALUES ($1, 1, 'DISPATCHED', 'billing', 'charge', 'delivered', now() - interval '1 day')`, []any{delivered}},
-		{`INSERT INTO outbox.pending (id, namespace, topic, dedupe_key, payload, created_at)
-			VALUES ($1, 'billing', 'charge', 'waiting', '{}', now() - interval '10 days')`, []any{waiting}},
-	} {
-		if _, err := conn.Exec(ctx, stmt.sql, stmt.args...); err != nil {
-			t.Fatalf("%s: %v", stmt.sql, err)
-		}
-	}
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var dated []string
-	rows, err := conn.Query(ctx, `SELECT dedupe_key FROM outbox.dedupe WHERE settled_at = created_at ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var k string
-		rows.Scan(&k)
-		dated = append(dated, k)
-	}
-	if strings.Join(dated, ",") != "gone" {
-		t.Fatalf("keys dated by their enqueue: %v, want only the one whose message left no trace", dated)
-	}
-	var purged int64
-	if err := conn.QueryRow(ctx, `SELECT purged_dedupe FROM outbox.purge(NULL, '7 days', 100)`).Scan(&purged); err != nil || purged != 1 {
-		t.Fatalf("a week's dedupe purge after the upgrade took %d keys (%v), want the one whose message left no trace", purged, err)
 	}
 }

@@ -2,6 +2,11 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +16,7 @@ import (
 )
 
 // outboxTables is how many tables the migrations create in schema outbox.
-const outboxTables = 12
+const outboxTables = 13
 
 func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	t.Parallel()
@@ -27,8 +32,16 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(applied) == 0 || applied[len(applied)-1].Version != m.Latest() {
-		t.Fatalf("first up applied %v, want every migration up to %d", applied, m.Latest())
+	versions, functionFiles := 0, 0
+	for _, r := range applied {
+		if r.Version > 0 {
+			versions++
+		} else {
+			functionFiles++
+		}
+	}
+	if versions == 0 || functionFiles == 0 || applied[versions-1].Version != m.Latest() {
+		t.Fatalf("first up applied %v, want every migration up to %d, then every function file", applied, m.Latest())
 	}
 	again, err := m.Up(ctx)
 	if err != nil || len(again) != 0 {
@@ -40,7 +53,7 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	}
 	for _, s := range status {
 		if !s.Applied {
-			t.Fatalf("migration %d not applied after up", s.Version)
+			t.Fatalf("%s not applied after up", s.Source)
 		}
 	}
 
@@ -50,21 +63,13 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 		conn.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'outbox'`).Scan(&functions)
 		return
 	}
-	if tables, functions := objects(); tables != outboxTables || functions < 9 {
-		t.Fatalf("after up: %d tables, %d functions in schema outbox", tables, functions)
+	if tables, functions := objects(); tables != outboxTables || functions != functionFiles {
+		t.Fatalf("after up: %d tables, %d functions in schema outbox, want %d and one per function file (%d)",
+			tables, functions, outboxTables, functionFiles)
 	}
 	var reloptions []string
 	if err := conn.QueryRow(ctx, `SELECT reloptions FROM pg_class WHERE oid = 'outbox.pending'::regclass`).Scan(&reloptions); err != nil || len(reloptions) == 0 {
 		t.Fatalf("outbox.pending has no per-table autovacuum settings: %v %v", reloptions, err)
-	}
-
-	// Down to the last released migration and up again: a Down half that
-	// left behind anything its Up half creates makes the second Up fail.
-	if _, err := m.DownTo(ctx, 4); err != nil {
-		t.Fatalf("down to 4: %v", err)
-	}
-	if again, err := m.Up(ctx); err != nil || len(again) != int(m.Latest()-4) {
-		t.Fatalf("up from 4 applied %v (%v), want every migration after 4", again, err)
 	}
 
 	if _, err := m.DownTo(ctx, 0); err != nil {
@@ -75,12 +80,18 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	if schemas != 0 {
 		t.Fatal("schema outbox survived the down migrations")
 	}
-	// And back up again from nothing.
-	if _, err := m.Up(ctx); err != nil {
+	// And back up again from nothing: a Down half that left behind
+	// anything its Up half creates makes the second Up fail, and the
+	// function files are applied again, since the rollback forgot them.
+	again, err = m.Up(ctx)
+	if err != nil {
 		t.Fatalf("up after down: %v", err)
 	}
-	if tables, _ := objects(); tables != outboxTables {
-		t.Fatalf("after up, down, up: %d tables", tables)
+	if len(again) != len(applied) {
+		t.Fatalf("up after down applied %d migrations and function files, want %d as the first time", len(again), len(applied))
+	}
+	if tables, functions := objects(); tables != outboxTables || functions != functionFiles {
+		t.Fatalf("after up, down, up: %d tables, %d functions", tables, functions)
 	}
 }
 
@@ -120,17 +131,21 @@ func TestConcurrentMigratorsSerialise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != len(status) {
-		t.Fatalf("%d migration records, want each of the %d migrations once", n, len(status))
+	versions := 0
+	for _, s := range status {
+		if s.Version > 0 {
+			versions++
+		}
+	}
+	if n != versions {
+		t.Fatalf("%d migration records, want each of the %d migrations once", n, versions)
 	}
 }
 
-// Runs in flight when migration 9 is applied or rolled back — a deployment
-// while dispatchers deliver — complete under the lease they were claimed
-// with: migration 9 moves a run's lease to its head (run_through) and its
-// Down gives each message of the run its lease back. Each message is
-// archived once, at attempt 1.
-func TestRunsInFlightSurviveMigration9BothWays(t *testing.T) {
+// A function file is applied again only when it changed or its function is
+// missing; a function no file defines any more, or an overload its file no
+// longer creates, is dropped with the next change.
+func TestFunctionFilesApplyWhenChangedOrMissing(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmpty(t)
 	ctx := context.Background()
@@ -143,62 +158,113 @@ func TestRunsInFlightSurviveMigration9BothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := pgtest.Connect(t, url)
-	enqueueAndClaim := func(key string) (ids, tokens []string) {
-		t.Helper()
-		for i := range 5 {
-			if _, err := conn.Exec(ctx, `SELECT * FROM outbox.enqueue('payments', 'captured', jsonb_build_object('n', $2::int), p_ordering_key => $1)`, key, i); err != nil {
-				t.Fatal(err)
-			}
-		}
-		rows, err := conn.Query(ctx, `SELECT id::text, lease_token::text FROM outbox.claim_batch(10, 'w', 60, NULL, 10) ORDER BY sequence_id`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var id, token string
-			if err := rows.Scan(&id, &token); err != nil {
-				t.Fatal(err)
-			}
-			ids, tokens = append(ids, id), append(tokens, token)
-		}
-		if rows.Err() != nil || len(ids) != 5 {
-			t.Fatalf("claim of %s: %d messages (%v), want its run of 5", key, len(ids), rows.Err())
-		}
-		return ids, tokens
-	}
-	complete := func(key string, ids, tokens []string) {
-		t.Helper()
-		var notOK int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status <> 'ok') FROM outbox.complete_batch('w', NULL, 100, false,
-			$1::uuid[], $2::uuid[], array_fill('DISPATCHED'::text, ARRAY[5]))`, ids, tokens).Scan(&notOK); err != nil || notOK != 0 {
-			t.Fatalf("completion of %s's run: %d not ok (%v)", key, notOK, err)
-		}
-		var archived, first int
-		if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE attempt_no = 1) FROM outbox.attempts
-			WHERE ordering_key = $1 AND state = 'DISPATCHED'`, key).Scan(&archived, &first); err != nil || archived != 5 || first != 5 {
-			t.Fatalf("%s: %d archived, %d at attempt 1 (%v), want 5 and 5", key, archived, first, err)
+	for _, stmt := range []string{
+		// stats.sql as if it had changed since it was applied
+		`UPDATE outbox.function_sources SET sha256 = 'changed' WHERE file = 'functions/stats.sql'`,
+		// a function whose file is gone, and a stale overload of stats
+		`CREATE FUNCTION outbox.obsolete() RETURNS int LANGUAGE sql AS 'SELECT 1'`,
+		`CREATE FUNCTION outbox.stats(p_old int) RETURNS int LANGUAGE sql AS 'SELECT 1'`,
+		// a function dropped by hand
+		`DROP FUNCTION outbox.pauses()`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
-
-	// Claimed under migration 9 (the head leased for its run), completed
-	// under migration 8 (every message leased).
-	ids, tokens := enqueueAndClaim("acct-down")
-	if _, err := m.DownTo(ctx, 8); err != nil {
+	status, err := m.Status(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var leased int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox.pending WHERE ordering_key = 'acct-down' AND lease_token IS NOT NULL`).Scan(&leased); err != nil || leased != 5 {
-		t.Fatalf("after Down: %d of the run's 5 messages leased (%v)", leased, err)
+	for _, s := range status {
+		if s.Source == "functions/stats.sql" && s.Applied {
+			t.Fatal("status says functions/stats.sql is applied while the database holds another checksum")
+		}
 	}
-	complete("acct-down", ids, tokens)
-
-	// Claimed under migration 8, completed under migration 9.
-	ids, tokens = enqueueAndClaim("acct-up")
-	if _, err := m.Up(ctx); err != nil {
+	applied, err := m.Up(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox.pending WHERE ordering_key = 'acct-up' AND lease_token IS NOT NULL`).Scan(&leased); err != nil || leased != 1 {
-		t.Fatalf("after Up: %d of the run's 5 messages hold a lease of their own (%v), want the head alone", leased, err)
+	var files []string
+	for _, r := range applied {
+		files = append(files, r.Source)
 	}
-	complete("acct-up", ids, tokens)
+	if strings.Join(files, " ") != "functions/pauses.sql functions/stats.sql" {
+		t.Fatalf("up applied %v, want the changed stats.sql and the missing pauses.sql only", files)
+	}
+	var left []string
+	rows, err := conn.Query(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p
+		WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname IN ('obsolete', 'stats', 'pauses') ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var sig string
+		rows.Scan(&sig)
+		left = append(left, sig)
+	}
+	if strings.Join(left, " ") != "outbox.pauses() outbox.stats()" {
+		t.Fatalf("functions after up: %v, want outbox.pauses() and outbox.stats() alone", left)
+	}
+	var owner string
+	if err := conn.QueryRow(ctx, `SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE oid = 'outbox.pauses()'::regprocedure`).Scan(&owner); err != nil || owner != "outbox_owner" {
+		t.Fatalf("re-created outbox.pauses() is owned by %q (%v), want outbox_owner", owner, err)
+	}
+}
+
+// Every SQL function of the outbox has one home: a file of its own in
+// functions/, named after it, and no versioned migration defines one.
+func TestEveryFunctionHasOneHome(t *testing.T) {
+	t.Parallel()
+	create := regexp.MustCompile(`(?im)^\s*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+outbox\.(\w+)\s*\(`)
+	fsys := migrations.FS()
+	versioned, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range versioned {
+		b, _ := fs.ReadFile(fsys, f)
+		if m := create.FindAllStringSubmatch(string(b), -1); len(m) > 0 {
+			t.Errorf("%s defines function outbox.%s: functions live in functions/<name>.sql", f, m[0][1])
+		}
+	}
+	files, err := fs.Glob(fsys, migrations.FunctionsDir+"/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no function files (%v)", err)
+	}
+	for _, f := range files {
+		b, _ := fs.ReadFile(fsys, f)
+		m := create.FindAllStringSubmatch(string(b), -1)
+		want := strings.TrimSuffix(path.Base(f), ".sql")
+		if len(m) != 1 || m[0][1] != want {
+			t.Errorf("%s creates %v, want exactly one function, outbox.%s", f, m, want)
+		}
+	}
+}
+
+// A database built by the pre-release migrations (00002-00011, which the
+// baseline replaced) is refused, not migrated on top of.
+func TestPreReleaseDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	conn := pgtest.Connect(t, url)
+	if _, err := conn.Exec(ctx, `CREATE TABLE public.outbox_schema_migrations (
+		id serial PRIMARY KEY, version_id bigint NOT NULL, is_applied boolean NOT NULL, tstamp timestamp DEFAULT now());
+		INSERT INTO public.outbox_schema_migrations (version_id, is_applied) SELECT v, true FROM generate_series(0, 11) v`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrations.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	_, err = m.Up(ctx)
+	if !errors.Is(err, migrations.ErrPreReleaseDatabase) || !strings.Contains(err.Error(), "00011") {
+		t.Fatalf("up on a pre-release database: %v, want ErrPreReleaseDatabase naming 00011", err)
+	}
+	var schemas int
+	conn.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = 'outbox'`).Scan(&schemas)
+	if schemas != 0 {
+		t.Fatal("up created schema outbox on a refused database")
+	}
 }

@@ -199,8 +199,16 @@ func runDemo(ctx context.Context, g *globalOptions, opts demoOptions, w io.Write
 	if err != nil {
 		return rep, err
 	}
-	rep.Migrations = len(applied)
-	step(2, "Migrations", "%d applied (schema outbox: state machine, roles, NOTIFY trigger)", len(applied))
+	versions, functionFiles := 0, 0
+	for _, r := range applied {
+		if r.Version > 0 {
+			versions++
+		} else {
+			functionFiles++
+		}
+	}
+	rep.Migrations = versions
+	step(2, "Migrations", "%d applied, and %d SQL functions (schema outbox: state machine, roles, NOTIFY trigger)", versions, functionFiles)
 
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {

@@ -32,7 +32,7 @@ func run(t *testing.T, env map[string]string, args ...string) (string, error, in
 func TestMigrateUpStatusDown(t *testing.T) {
 	url := pgtest.NewEmpty(t)
 	out, err, _ := run(t, nil, "migrate", "up", "--database-url", url)
-	if err != nil || !strings.Contains(out, "applied 00001_outbox_tables.sql") {
+	if err != nil || !strings.Contains(out, "applied 00001_baseline.sql") {
 		t.Fatalf("migrate up: %v\n%s", err, out)
 	}
 	out, err, _ = run(t, map[string]string{"OUTBOX_DATABASE_URL": url}, "migrate", "up")
@@ -40,11 +40,11 @@ func TestMigrateUpStatusDown(t *testing.T) {
 		t.Fatalf("second migrate up: %v\n%s", err, out)
 	}
 	out, err, _ = run(t, nil, "migrate", "status", "--database-url", url)
-	if err != nil || strings.Contains(out, "pending") || !strings.Contains(out, "applied  00002") {
+	if err != nil || strings.Contains(out, "pending") || !strings.Contains(out, "applied  00001") {
 		t.Fatalf("migrate status: %v\n%s", err, out)
 	}
 	out, err, _ = run(t, nil, "migrate", "down", "--to", "0", "--database-url", url)
-	if err != nil || !strings.Contains(out, "rolled back 00001_outbox_tables.sql") {
+	if err != nil || !strings.Contains(out, "rolled back 00001_baseline.sql") {
 		t.Fatalf("migrate down --to 0: %v\n%s", err, out)
 	}
 	out, _, _ = run(t, nil, "migrate", "status", "--database-url", url)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,9 +65,7 @@ An empty outbox is rolled back without asking.`,
 			if len(applied) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "outbox schema is up to date (version %d)\n", m.Latest())
 			}
-			for _, r := range applied {
-				fmt.Fprintf(cmd.OutOrStdout(), "applied %s (%s)\n", r.Source, r.Duration)
-			}
+			printApplied(cmd.OutOrStdout(), applied)
 			return nil
 		},
 	}
@@ -165,16 +164,31 @@ database could not be read, 2 a usage error, 3 migrations pending (--check).`,
 					return err
 				}
 			} else {
-				for _, s := range states {
+				for _, s := range doc.Migrations {
 					state := "pending"
 					if s.Applied {
 						state = "applied"
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "%-8s %05d  %s\n", state, s.Version, s.Source)
 				}
+				// Function files: each one pending, unless every one is (a
+				// schema not yet created).
+				if pending := doc.pendingFunctions(); pending < len(doc.Functions) {
+					for _, f := range doc.Functions {
+						if !f.Applied {
+							fmt.Fprintf(cmd.OutOrStdout(), "pending         %s\n", f.Source)
+						}
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "applied         %d of %d SQL function files (migrations/functions)\n",
+						len(doc.Functions)-pending, len(doc.Functions))
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "pending         %d SQL function files (migrations/functions)\n", pending)
+				}
 			}
 			if check && doc.Pending > 0 {
-				return pendingMigrationsError{pending: doc.Pending, applied: doc.AppliedVersion, latest: doc.LatestVersion}
+				functions := doc.pendingFunctions()
+				return pendingMigrationsError{pending: doc.Pending - functions, functions: functions,
+					applied: doc.AppliedVersion, latest: doc.LatestVersion}
 			}
 			return nil
 		},
@@ -190,10 +204,25 @@ type migrationStatus struct {
 	// LatestVersion is the newest migration this binary holds.
 	LatestVersion int64 `json:"latest_version"`
 	// AppliedVersion is the newest applied one (0: none).
-	AppliedVersion int64                 `json:"applied_version"`
-	Pending        int                   `json:"pending"`
-	UpToDate       bool                  `json:"up_to_date"`
-	Migrations     []migrationStatusItem `json:"migrations"`
+	AppliedVersion int64 `json:"applied_version"`
+	// Pending counts the versioned migrations and the function files not
+	// applied.
+	Pending    int                   `json:"pending"`
+	UpToDate   bool                  `json:"up_to_date"`
+	Migrations []migrationStatusItem `json:"migrations"`
+	// Functions are the SQL function files (migrations/functions): applied
+	// when the database holds the file's checksum.
+	Functions []migrationStatusItem `json:"functions"`
+}
+
+func (doc migrationStatus) pendingFunctions() int {
+	n := 0
+	for _, f := range doc.Functions {
+		if !f.Applied {
+			n++
+		}
+	}
+	return n
 }
 
 type migrationStatusItem struct {
@@ -203,9 +232,14 @@ type migrationStatusItem struct {
 }
 
 func migrationStatusOf(states []migrations.Status, latest int64) migrationStatus {
-	doc := migrationStatus{LatestVersion: latest, Migrations: make([]migrationStatusItem, 0, len(states))}
+	doc := migrationStatus{LatestVersion: latest, Migrations: []migrationStatusItem{}, Functions: []migrationStatusItem{}}
 	for _, s := range states {
-		doc.Migrations = append(doc.Migrations, migrationStatusItem{Version: s.Version, Source: s.Source, Applied: s.Applied})
+		item := migrationStatusItem{Version: s.Version, Source: s.Source, Applied: s.Applied}
+		if s.Version == 0 {
+			doc.Functions = append(doc.Functions, item)
+		} else {
+			doc.Migrations = append(doc.Migrations, item)
+		}
 		if s.Applied {
 			doc.AppliedVersion = max(doc.AppliedVersion, s.Version)
 		} else {
@@ -224,13 +258,37 @@ const exitMigrationsPending = 3
 // pendingMigrationsError is migrate status --check's answer while
 // migrations wait to be applied.
 type pendingMigrationsError struct {
-	pending         int
-	applied, latest int64
+	pending, functions int
+	applied, latest    int64
 }
 
 func (e pendingMigrationsError) Error() string {
-	return fmt.Sprintf("%d migration%s pending (database at version %d, this outboxctl at %d): run `outboxctl migrate up`",
-		e.pending, plural(e.pending), e.applied, e.latest)
+	what := fmt.Sprintf("%d migration%s", e.pending, plural(e.pending))
+	if e.functions > 0 {
+		what += fmt.Sprintf(" and %d SQL function file%s", e.functions, plural(e.functions))
+	}
+	return fmt.Sprintf("%s pending (database at version %d, this outboxctl at %d): run `outboxctl migrate up`",
+		what, e.applied, e.latest)
+}
+
+// printApplied lists what migrate up applied: each versioned migration, and
+// the function files in one line (a new schema applies every one of them).
+func printApplied(w io.Writer, applied []migrations.Result) {
+	var functions []string
+	for _, r := range applied {
+		if r.Version > 0 {
+			fmt.Fprintf(w, "applied %s (%s)\n", r.Source, r.Duration)
+			continue
+		}
+		functions = append(functions, strings.TrimSuffix(strings.TrimPrefix(r.Source, migrations.FunctionsDir+"/"), ".sql"))
+	}
+	switch {
+	case len(functions) == 0:
+	case len(functions) <= 5:
+		fmt.Fprintf(w, "applied SQL function%s %s (migrations/functions)\n", plural(len(functions)), strings.Join(functions, ", "))
+	default:
+		fmt.Fprintf(w, "applied %d SQL function files (migrations/functions)\n", len(functions))
+	}
 }
 
 // countTimeout bounds counting the outbox before a rollback: count(*) reads
