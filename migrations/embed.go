@@ -15,6 +15,13 @@
 //     migrations, in one transaction, as the schema's owner; a file whose
 //     checksum is recorded in outbox.function_sources is not applied again.
 //     A function's history is the git log of its file.
+//   - Fragments (functions/fragments/NAME.sql): a condition that several
+//     statements share and that must cost nothing to share, such as the
+//     lease fence. A function file names one as ${NAME}; the migrator puts
+//     the fragment's text there before applying the file (the checksum is
+//     the expanded text's). PostgreSQL inlines no SQL function that holds a
+//     subquery, and the fence has one: a call per row would cost more than
+//     the statement it guards.
 //
 // Goose has no repeatable migrations, which is what the function files are
 // (as in Flyway's R__ files): the migrator applies them itself, under the
@@ -36,6 +43,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -53,7 +61,13 @@ const VersionTable = "public.outbox_schema_migrations"
 // FunctionsDir is the folder of the function files, inside FS.
 const FunctionsDir = "functions"
 
-//go:embed *.sql functions/*.sql
+// FragmentsDir is the folder of the fragments function files include.
+const FragmentsDir = FunctionsDir + "/fragments"
+
+// placeholder is a fragment's name in a function file: ${name}.
+var placeholder = regexp.MustCompile(`\$\{([a-z_]+)\}`)
+
+//go:embed *.sql functions/*.sql functions/fragments/*.sql
 var files embed.FS
 
 // FS is the embedded migration files, for tools that want to read them.
@@ -288,6 +302,10 @@ type functionFile struct {
 }
 
 func functionSources() ([]functionFile, error) {
+	fragments, err := readFragments()
+	if err != nil {
+		return nil, err
+	}
 	names, err := fs.Glob(files, FunctionsDir+"/*.sql")
 	if err != nil {
 		return nil, fmt.Errorf("migrations: list function files: %w", err)
@@ -299,13 +317,57 @@ func functionSources() ([]functionFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("migrations: read %s: %w", n, err)
 		}
-		sum := sha256.Sum256(b)
+		text, err := expand(n, string(b), fragments)
+		if err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256([]byte(text))
 		out = append(out, functionFile{
 			file:   n,
 			name:   strings.TrimSuffix(path.Base(n), ".sql"),
-			sql:    string(b),
+			sql:    text,
 			sha256: hex.EncodeToString(sum[:]),
 		})
+	}
+	return out, nil
+}
+
+// readFragments is the fragments by name, each without its leading comment
+// lines (which say what it is for) and trailing newline.
+func readFragments() (map[string]string, error) {
+	names, err := fs.Glob(files, FragmentsDir+"/*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: list fragments: %w", err)
+	}
+	fragments := map[string]string{}
+	for _, n := range names {
+		b, err := fs.ReadFile(files, n)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: read %s: %w", n, err)
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		for len(lines) > 0 && strings.HasPrefix(lines[0], "--") {
+			lines = lines[1:]
+		}
+		fragments[strings.TrimSuffix(path.Base(n), ".sql")] = strings.Join(lines, "\n")
+	}
+	return fragments, nil
+}
+
+// expand puts each fragment a function file names in its place.
+func expand(file, text string, fragments map[string]string) (string, error) {
+	var missing []string
+	out := placeholder.ReplaceAllStringFunc(text, func(m string) string {
+		name := placeholder.FindStringSubmatch(m)[1]
+		fragment, ok := fragments[name]
+		if !ok {
+			missing = append(missing, name)
+			return m
+		}
+		return fragment
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("migrations: %s names fragment(s) %s, which %s does not hold", file, strings.Join(missing, ", "), FragmentsDir)
 	}
 	return out, nil
 }

@@ -68,9 +68,33 @@ AS $$
 -- A malformed batch (a result without id, lease_token or a valid outcome
 -- or on_dead, an id given twice) is refused whole with P7003: nothing of
 -- it is written.
+--
+-- The fence (fragments/lease_fence.sql) is checked in each statement that
+-- writes a row: only rows leased to this worker under the result's token,
+-- unexpired, are written; the others are lease_lost. PostgreSQL evaluates
+-- a statement's conditions with the snapshot it took when it began: when a
+-- row is changed by another transaction meanwhile, it re-checks the row's
+-- own columns after waiting for it, but not a run's head (another row) nor
+-- the clock, and a row that was only locked by someone is not re-checked
+-- at all. So after the statement, the completion checks that every lease
+-- it wrote under was still live when the statement ended, and that every
+-- message of a run whose head it did not write itself was fenced strictly.
+-- If not (a lock waited on, a lease that ran out meanwhile, a partial run),
+-- the statement is undone (a subtransaction) and run again strictly: the
+-- rows and their runs' heads locked first, in id order, and the fence read
+-- with a fresh snapshot, so that nothing can change them before they are
+-- written. Takeovers never wait for a row a completion holds (they skip
+-- it), so a completion and a takeover cannot deadlock.
 #variable_conflict use_column
 DECLARE
-    v_now      timestamptz := clock_timestamp();
+    v_now      timestamptz;
+    v_try      int;
+    v_strict   boolean := false;
+    -- What the post-check reads: the earliest expiry of the leases the
+    -- statement wrote under, and messages of runs whose head it did not
+    -- write (their keys).
+    v_until    timestamptz;
+    v_loose    int;
     v_nestloop text := current_setting('enable_nestloop');
     v_mergejoin text := current_setting('enable_mergejoin');
     v_recorded bigint;
@@ -143,347 +167,315 @@ BEGIN
         RETURN;
     END IF;
 
-    -- The DELETE and the UPDATEs are the fence: each touches only rows still
-    -- leased to this worker under the result's token and not yet expired
-    -- (by the clock now, not the transaction's start). A row that a reaper
-    -- or another worker changed meanwhile fails the re-check PostgreSQL
-    -- makes after waiting for its lock, and is left alone: lease_lost.
-    --
-    -- A message of a run holds no lease of its own (see claim_batch): it is
-    -- leased while its key's head is, under the result's token, to this
-    -- worker, unexpired, with a run that reaches it (run_through). That
-    -- probe is one descent of pending_key_head (a key's delivered messages
-    -- leave dead entries at the front of its pending_key_sequence range,
-    -- which a probe there would step over: quadratic in a hot key's
-    -- backlog), written out in each statement: as a SQL function it would
-    -- never be inlined (it has a subquery), and a call per message cost
-    -- 66 us against 4.
-    --
     -- Almost every batch is all DISPATCHED, and the outcomes of one claim:
     -- under one lease token. It runs the first statement, which fences
     -- every row with that token by primary key and matches the results'
-    -- target fields to the rows it deleted only to archive them; a batch
-    -- of several claims' results, all DISPATCHED, runs the second, which
-    -- joins every result with its row to check the result's own token
-    -- (about a fifth more of the backend's CPU per message, measured with
-    -- bench/cmd/callcost); any other batch the third, which is the others'
-    -- DISPATCHED part and the other outcomes' statements (those cost a
-    -- tenth of the call even when they find nothing). In all three, the
-    -- exceptions (lease_lost, dead, double_dispatch) are looked for only
-    -- when the counts of what was written say there are any.
+    -- target fields to the rows it deleted only to archive them. Any other
+    -- batch runs the second, which joins the results with their rows (a
+    -- fifth more of the backend's CPU per message: docs/PERFORMANCE.md).
+    -- In both, the exceptions (lease_lost, dead, double_dispatch) are
+    -- looked for only when the counts of what was written say there are
+    -- any.
     PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
-    -- (Arrays compare NULL elements as equal: results all without a token
-    -- fence nothing here, and are refused below as they are elsewhere.)
-    IF p_outcomes <@ ARRAY['DISPATCHED']
-       AND p_lease_tokens = array_fill(p_lease_tokens[1], ARRAY[cardinality(p_lease_tokens)]) THEN
-        WITH removed AS (
-            DELETE FROM outbox.pending p
-            WHERE p.id = ANY (p_ids)
-              AND (p.lease_token = p_lease_tokens[1] AND p.claimed_by = p_worker_id AND p.lease_expires_at > v_now
-                   OR p.lease_token IS NULL
-                      AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
-                                    AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
-                                    AND h.lease_token = p_lease_tokens[1] AND h.claimed_by = p_worker_id
-                                    AND h.lease_expires_at > v_now))
-            RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
-                      p.attempt_count + (p.lease_token IS NULL)::int AS attempt_count,
-                      p.run_through, p.lease_token, p.lease_expires_at
-        ),
-        -- The double-delivery backstop and the results' order, as below.
-        archived AS (
-            INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
-                                         dedupe_key, ordering_key, sequence_id, target, target_ref,
-                                         error_code, error_message, latency_ms)
-            SELECT x.id, x.attempt_count, 'DISPATCHED', p_worker_id, x.namespace, x.topic, x.tenant_id,
-                   x.dedupe_key, x.ordering_key, x.sequence_id, r.target, r.target_ref,
-                   r.error_code, left(r.error_message, 4096), r.latency_ms
-            FROM unnest(p_ids, p_error_codes, p_error_messages, p_targets, p_target_refs, p_latencies_ms)
-                 WITH ORDINALITY AS r(id, error_code, error_message, target, target_ref, latency_ms, ord)
-            JOIN removed x ON x.id = r.id
-            ORDER BY r.ord
-            ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
-            RETURNING message_id
-        ),
-        tally AS (
-            SELECT (SELECT count(*) FROM removed) AS removed, (SELECT count(*) FROM archived) AS archived
-        ),
-        exceptions AS (
-            SELECT r.id, r.ord, 'lease_lost' AS status
-            FROM unnest(p_ids) WITH ORDINALITY AS r(id, ord)
-            WHERE (SELECT t.removed < cardinality(p_ids) FROM tally t)
-              AND r.id NOT IN (SELECT x.id FROM removed x)
-            UNION ALL
-            -- (its position looked up only when a message was not archived)
-            SELECT x.id, array_position(p_ids, x.id), 'double_dispatch'
-            FROM removed x
-            WHERE (SELECT t.archived < t.removed FROM tally t)
-              AND x.id NOT IN (SELECT a.message_id FROM archived a)
-        )
-        SELECT t.removed, e.ids, e.ords, e.statuses, k.namespaces, k.keys,
-               k.run_ns, k.run_ok, k.run_seq, k.run_through, k.run_token, k.run_until
-          INTO v_recorded, v_ids, v_ords, v_statuses, v_key_ns, v_key_ok,
-               v_run_ns, v_run_ok, v_run_seq, v_run_through, v_run_token, v_run_until
-          FROM tally t,
-               (SELECT array_agg(e.id ORDER BY e.ord) AS ids, array_agg(e.ord::int ORDER BY e.ord) AS ords,
-                       array_agg(e.status ORDER BY e.ord) AS statuses
-                FROM exceptions e) e,
-               (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys,
-                       array_agg(x.namespace) FILTER (WHERE x.run_through > x.named_through) AS run_ns,
-                       array_agg(x.ordering_key) FILTER (WHERE x.run_through > x.named_through) AS run_ok,
-                       array_agg(x.sequence_id) FILTER (WHERE x.run_through > x.named_through) AS run_seq,
-                       array_agg(x.run_through) FILTER (WHERE x.run_through > x.named_through) AS run_through,
-                       array_agg(x.lease_token) FILTER (WHERE x.run_through > x.named_through) AS run_token,
-                       array_agg(x.lease_expires_at) FILTER (WHERE x.run_through > x.named_through) AS run_until
-                FROM (SELECT x.*, max(x.sequence_id) OVER (PARTITION BY x.namespace, x.ordering_key) AS named_through
-                      FROM removed x WHERE x.ordering_key IS NOT NULL) x) k;
-    ELSIF p_outcomes <@ ARRAY['DISPATCHED'] THEN
-        WITH removed AS (
-            DELETE FROM outbox.pending p
-            USING unnest(p_ids, p_lease_tokens, p_error_codes, p_error_messages, p_targets, p_target_refs,
-                         p_latencies_ms)
-                  WITH ORDINALITY AS r(id, lease_token, error_code, error_message, target, target_ref,
-                                       latency_ms, ord)
-            WHERE p.id = ANY (p_ids)
-              AND p.id = r.id
-              AND (p.lease_token = r.lease_token AND p.claimed_by = p_worker_id AND p.lease_expires_at > v_now
-                   OR p.lease_token IS NULL
-                      AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
-                                    AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
-                                    AND h.lease_token = r.lease_token AND h.claimed_by = p_worker_id
-                                    AND h.lease_expires_at > v_now))
-            RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
-                      p.attempt_count + (p.lease_token IS NULL)::int AS attempt_count,
-                      r.error_code, left(r.error_message, 4096) AS error_message,
-                      r.target, r.target_ref, r.latency_ms, r.ord,
-                      p.run_through, p.lease_token, p.lease_expires_at
-        ),
-        -- The double-delivery backstop, per message: a second DISPATCHED
-        -- for a message is not archived (attempts_one_dispatched_per_message),
-        -- and only that message says so. The outcomes are archived in the
-        -- results' order, whatever order the join found the rows in: a run's
-        -- messages in sequence order, as they were delivered.
-        archived AS (
-            INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
-                                         dedupe_key, ordering_key, sequence_id, target, target_ref,
-                                         error_code, error_message, latency_ms)
-            SELECT x.id, x.attempt_count, 'DISPATCHED', p_worker_id, x.namespace, x.topic, x.tenant_id,
-                   x.dedupe_key, x.ordering_key, x.sequence_id, x.target, x.target_ref,
-                   x.error_code, x.error_message, x.latency_ms
-            FROM removed x
-            ORDER BY x.ord
-            ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
-            RETURNING message_id
-        ),
-        tally AS (
-            SELECT (SELECT count(*) FROM removed) AS removed, (SELECT count(*) FROM archived) AS archived
-        ),
-        exceptions AS (
-            SELECT r.id, r.ord, 'lease_lost' AS status
-            FROM unnest(p_ids) WITH ORDINALITY AS r(id, ord)
-            WHERE (SELECT t.removed < cardinality(p_ids) FROM tally t)
-              AND r.id NOT IN (SELECT x.id FROM removed x)
-            UNION ALL
-            SELECT x.id, x.ord, 'double_dispatch'
-            FROM removed x
-            WHERE (SELECT t.archived < t.removed FROM tally t)
-              AND x.id NOT IN (SELECT a.message_id FROM archived a)
-        )
-        SELECT t.removed, e.ids, e.ords, e.statuses, k.namespaces, k.keys,
-               k.run_ns, k.run_ok, k.run_seq, k.run_through, k.run_token, k.run_until
-          INTO v_recorded, v_ids, v_ords, v_statuses, v_key_ns, v_key_ok,
-               v_run_ns, v_run_ok, v_run_seq, v_run_through, v_run_token, v_run_until
-          FROM tally t,
-               (SELECT array_agg(e.id ORDER BY e.ord) AS ids, array_agg(e.ord::int ORDER BY e.ord) AS ords,
-                       array_agg(e.status ORDER BY e.ord) AS statuses
-                FROM exceptions e) e,
-               (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys,
-                       array_agg(x.namespace) FILTER (WHERE x.run_through > x.named_through) AS run_ns,
-                       array_agg(x.ordering_key) FILTER (WHERE x.run_through > x.named_through) AS run_ok,
-                       array_agg(x.sequence_id) FILTER (WHERE x.run_through > x.named_through) AS run_seq,
-                       array_agg(x.run_through) FILTER (WHERE x.run_through > x.named_through) AS run_through,
-                       array_agg(x.lease_token) FILTER (WHERE x.run_through > x.named_through) AS run_token,
-                       array_agg(x.lease_expires_at) FILTER (WHERE x.run_through > x.named_through) AS run_until
-                FROM (SELECT x.*, max(x.sequence_id) OVER (PARTITION BY x.namespace, x.ordering_key) AS named_through
-                      FROM removed x WHERE x.ordering_key IS NOT NULL) x) k;
-    ELSE
-        -- The statements of outcomes absent from the batch are skipped
-        -- whole (a one-time filter on the outcomes).
-        WITH
-        -- DISPATCHED and FAILED leave pending; so does a RETRYABLE outcome
-        -- at the attempt ceiling, which becomes FAILED.
-        removed AS (
-            DELETE FROM outbox.pending p
-            USING unnest(p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages,
-                         p_targets, p_target_refs, p_latencies_ms, p_on_dead, p_hold)
-                  WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
-                                       target, target_ref, latency_ms, on_dead, hold, ord)
-            WHERE p.id = ANY (p_ids)
-              AND p.id = r.id
-              AND (p.lease_token = r.lease_token AND p.claimed_by = p_worker_id AND p.lease_expires_at > v_now
-                   OR p.lease_token IS NULL
-                      AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
-                                    AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
-                                    AND h.lease_token = r.lease_token AND h.claimed_by = p_worker_id
-                                    AND h.lease_expires_at > v_now))
-              AND (r.outcome IN ('DISPATCHED', 'FAILED')
-                   OR (r.outcome = 'RETRYABLE' AND p.attempt_count + (p.lease_token IS NULL)::int >= p_max_attempts
-                       AND NOT coalesce(r.hold, false)))
-            -- A delivered row's payload is not needed past this point:
-            -- carrying it through the CTEs costs more than the delete itself.
-            RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
-                      CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.payload END AS payload,
-                      p.payload_bytes,
-                      CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.headers END AS headers,
-                      p.trace_header, p.attempt_count + (p.lease_token IS NULL)::int AS attempt_count,
-                      p.available_at, p.created_at,
-                      r.outcome AS requested,
-                      CASE WHEN r.outcome = 'DISPATCHED' THEN 'DISPATCHED' ELSE 'FAILED' END AS outcome,
-                      p.ordering_key IS NOT NULL AND r.outcome <> 'DISPATCHED'
-                          AND coalesce(r.on_dead = 'park', p.park_on_dead) AS parks,
-                      r.error_code, left(r.error_message, 4096) AS error_message, r.target, r.target_ref,
-                      r.latency_ms, r.ord, p.run_through, p.lease_token, p.lease_expires_at
-        ),
-        rescheduled AS (
-            UPDATE outbox.pending p
-            SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, run_through = NULL,
-                attempt_count = p.attempt_count + (p.lease_token IS NULL)::int,
-                next_attempt_at = greatest(coalesce(r.retry_at, v_now), v_now),
-                last_error_code = r.error_code,
-                last_error = left(r.error_message, 4096),
-                failing_since = coalesce(p.failing_since, v_now),
-                park_on_dead = coalesce(r.on_dead = 'park', p.park_on_dead)
-            FROM unnest(p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages,
-                        p_targets, p_target_refs, p_latencies_ms, p_retry_at, p_on_dead, p_hold)
-                 WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
-                                      target, target_ref, latency_ms, retry_at, on_dead, hold, ord)
-            WHERE 'RETRYABLE' = ANY (p_outcomes)
-              AND p.id = ANY (p_ids)
-              AND p.id = r.id
-              AND (p.lease_token = r.lease_token AND p.claimed_by = p_worker_id AND p.lease_expires_at > v_now
-                   OR p.lease_token IS NULL
-                      AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                                  WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
-                                    AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
-                                    AND h.lease_token = r.lease_token AND h.claimed_by = p_worker_id
-                                    AND h.lease_expires_at > v_now))
-              AND r.outcome = 'RETRYABLE'
-              AND (p.attempt_count + (p.lease_token IS NULL)::int < p_max_attempts OR coalesce(r.hold, false))
-            RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
-                      p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
-                      r.target, r.target_ref, r.latency_ms, r.ord
-        ),
-        released AS (
-            UPDATE outbox.pending p
-            SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, run_through = NULL,
-                attempt_count = greatest(p.attempt_count - 1, 0)
-            FROM unnest(p_ids, p_lease_tokens, p_outcomes) AS r(id, lease_token, outcome)
-            WHERE 'RELEASED' = ANY (p_outcomes)
-              AND p.id = ANY (p_ids)
-              AND p.id = r.id
-              AND p.lease_token = r.lease_token
-              AND p.claimed_by = p_worker_id
-              AND p.lease_expires_at > v_now
-              AND r.outcome = 'RELEASED'
-            RETURNING p.id
-        ),
-        -- A message of a run is given back by writing nothing: it holds no
-        -- lease of its own, and its attempt was never charged. The run's
-        -- lease ends with its head's (released or rescheduled above).
-        released_behind AS (
-            SELECT p.id
-            FROM outbox.pending p
-            JOIN unnest(p_ids, p_lease_tokens, p_outcomes) AS r(id, lease_token, outcome) ON p.id = r.id
-            WHERE 'RELEASED' = ANY (p_outcomes)
-              AND p.id = ANY (p_ids)
-              AND r.outcome = 'RELEASED'
-              AND p.lease_token IS NULL
-              AND EXISTS (SELECT 1 FROM outbox.pending h   -- the run's head: see above
-                          WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
-                            AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
-                            AND h.lease_token = r.lease_token AND h.claimed_by = p_worker_id
-                            AND h.lease_expires_at > v_now)
-        ),
-        buried AS (
-            INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
-                                     payload, payload_bytes, headers, trace_header, attempt_count, available_at,
-                                     created_at, last_error_code, last_error, failed_by, holds_key)
-            SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
-                   x.payload, x.payload_bytes, x.headers, x.trace_header, x.attempt_count, x.available_at,
-                   x.created_at, x.error_code, x.error_message, p_worker_id,
-                   -- Only a key's first dead message holds it (a run stops at
-                   -- its first failure, so there is no second; this keeps it so).
-                   x.parks AND x.rank = 1
-                       AND NOT EXISTS (SELECT 1 FROM outbox.dead d
-                                       WHERE d.namespace = x.namespace AND d.ordering_key = x.ordering_key AND d.holds_key)
-            FROM (SELECT y.*, row_number() OVER (PARTITION BY y.namespace, y.ordering_key, y.outcome ORDER BY y.sequence_id) AS rank
-                  FROM removed y) x
-            WHERE p_outcomes && ARRAY['FAILED', 'RETRYABLE'] AND x.outcome = 'FAILED'
-        ),
-        -- The double-delivery backstop, as above.
-        archived AS (
-            INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
-                                         dedupe_key, ordering_key, sequence_id, target, target_ref,
-                                         error_code, error_message, latency_ms)
-            SELECT y.id, y.attempt_count, y.outcome, p_worker_id, y.namespace, y.topic, y.tenant_id,
-                   y.dedupe_key, y.ordering_key, y.sequence_id, y.target, y.target_ref,
-                   y.error_code, y.error_message, y.latency_ms
-            FROM (SELECT x.id, x.attempt_count, x.outcome, x.namespace, x.topic, x.tenant_id, x.dedupe_key,
-                         x.ordering_key, x.sequence_id, x.target, x.target_ref, x.error_code, x.error_message,
-                         x.latency_ms, x.ord
-                  FROM removed x
-                  UNION ALL
-                  SELECT q.id, q.attempt_count, 'RETRYABLE', q.namespace, q.topic, q.tenant_id, q.dedupe_key,
-                         q.ordering_key, q.sequence_id, q.target, q.target_ref, q.error_code, q.error_message,
-                         q.latency_ms, q.ord
-                  FROM rescheduled q) y
-            ORDER BY y.ord
-            ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
-            RETURNING message_id, state
-        ),
-        tally AS (
-            SELECT (SELECT count(*) FROM removed) AS removed, (SELECT count(*) FROM rescheduled) AS rescheduled,
-                   (SELECT count(*) FROM released) + (SELECT count(*) FROM released_behind) AS released,
-                   (SELECT count(*) FROM archived) AS archived
-        ),
-        exceptions AS (
-            SELECT r.id, r.ord, 'lease_lost' AS status
-            FROM unnest(p_ids) WITH ORDINALITY AS r(id, ord)
-            WHERE (SELECT t.removed + t.rescheduled + t.released < cardinality(p_ids) FROM tally t)
-              AND r.id NOT IN (SELECT x.id FROM removed x UNION ALL SELECT q.id FROM rescheduled q
-                               UNION ALL SELECT l.id FROM released l UNION ALL SELECT b.id FROM released_behind b)
-            UNION ALL
-            SELECT x.id, x.ord, 'dead'
-            FROM removed x
-            WHERE 'RETRYABLE' = ANY (p_outcomes) AND x.requested = 'RETRYABLE'
-            UNION ALL
-            -- Only a DISPATCHED outcome can fail to be archived.
-            SELECT x.id, x.ord, 'double_dispatch'
-            FROM removed x
-            WHERE (SELECT t.archived < t.removed + t.rescheduled FROM tally t)
-              AND x.outcome = 'DISPATCHED'
-              AND x.id NOT IN (SELECT a.message_id FROM archived a WHERE a.state = 'DISPATCHED')
-        )
-        SELECT t.removed + t.rescheduled + t.released, e.ids, e.ords, e.statuses, k.namespaces, k.keys,
-               k.run_ns, k.run_ok, k.run_seq, k.run_through, k.run_token, k.run_until
-          INTO v_recorded, v_ids, v_ords, v_statuses, v_key_ns, v_key_ok,
-               v_run_ns, v_run_ok, v_run_seq, v_run_through, v_run_token, v_run_until
-          FROM tally t,
-               (SELECT array_agg(e.id ORDER BY e.ord) AS ids, array_agg(e.ord::int ORDER BY e.ord) AS ords,
-                       array_agg(e.status ORDER BY e.ord) AS statuses
-                FROM exceptions e) e,
-               (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys,
-                       array_agg(x.namespace) FILTER (WHERE x.run_through > x.named_through) AS run_ns,
-                       array_agg(x.ordering_key) FILTER (WHERE x.run_through > x.named_through) AS run_ok,
-                       array_agg(x.sequence_id) FILTER (WHERE x.run_through > x.named_through) AS run_seq,
-                       array_agg(x.run_through) FILTER (WHERE x.run_through > x.named_through) AS run_through,
-                       array_agg(x.lease_token) FILTER (WHERE x.run_through > x.named_through) AS run_token,
-                       array_agg(x.lease_expires_at) FILTER (WHERE x.run_through > x.named_through) AS run_until
-                FROM (SELECT x.*, max(x.sequence_id) OVER (PARTITION BY x.namespace, x.ordering_key) AS named_through
-                      FROM removed x WHERE x.ordering_key IS NOT NULL) x) k;
-    END IF;
+    <<attempts>>
+    FOR v_try IN 1 .. 3 LOOP
+    BEGIN
+        IF v_strict THEN
+            -- The rows, and the heads of the runs of those that hold no
+            -- lease of their own, in id order (see above).
+            PERFORM 1 FROM outbox.pending x
+            WHERE x.id = ANY (p_ids || ARRAY(
+                      SELECT (SELECT h.id FROM outbox.pending h
+                              WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind)
+                      FROM outbox.pending p
+                      WHERE p.id = ANY (p_ids) AND p.lease_token IS NULL AND p.ordering_key IS NOT NULL))
+            ORDER BY x.id
+            FOR UPDATE OF x;
+        END IF;
+        v_now := clock_timestamp();
+
+        -- (Arrays compare NULL elements as equal: results all without a
+        -- token fence nothing here, and are refused below as they are
+        -- elsewhere.)
+        IF p_outcomes <@ ARRAY['DISPATCHED']
+           AND p_lease_tokens = array_fill(p_lease_tokens[1], ARRAY[cardinality(p_lease_tokens)]) THEN
+            WITH removed AS (
+                DELETE FROM outbox.pending p
+                USING (SELECT p_lease_tokens[1] AS lease_token) r
+                WHERE p.id = ANY (p_ids)
+                  AND ${lease_fence}
+                RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                          p.attempt_count + (p.lease_token IS NULL)::int AS attempt_count,
+                          p.run_through, p.lease_token, p.lease_expires_at
+            ),
+            -- The double-delivery backstop, per message: a second DISPATCHED
+            -- for a message is not archived (attempts_one_dispatched_per_message),
+            -- and only that message says so. The outcomes are archived in the
+            -- results' order, whatever order the rows were found in: a run's
+            -- messages in sequence order, as they were delivered.
+            archived AS (
+                INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                             dedupe_key, ordering_key, sequence_id, target, target_ref,
+                                             error_code, error_message, latency_ms)
+                SELECT x.id, x.attempt_count, 'DISPATCHED', p_worker_id, x.namespace, x.topic, x.tenant_id,
+                       x.dedupe_key, x.ordering_key, x.sequence_id, r.target, r.target_ref,
+                       r.error_code, left(r.error_message, 4096), r.latency_ms
+                FROM unnest(p_ids, p_error_codes, p_error_messages, p_targets, p_target_refs, p_latencies_ms)
+                     WITH ORDINALITY AS r(id, error_code, error_message, target, target_ref, latency_ms, ord)
+                JOIN removed x ON x.id = r.id
+                ORDER BY r.ord
+                ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
+                RETURNING message_id
+            ),
+            tally AS (
+                SELECT (SELECT count(*) FROM removed) AS removed, (SELECT count(*) FROM archived) AS archived
+            ),
+            exceptions AS (
+                SELECT r.id, r.ord, 'lease_lost' AS status
+                FROM unnest(p_ids) WITH ORDINALITY AS r(id, ord)
+                WHERE (SELECT t.removed < cardinality(p_ids) FROM tally t)
+                  AND r.id NOT IN (SELECT x.id FROM removed x)
+                UNION ALL
+                -- (its position looked up only when a message was not archived)
+                SELECT x.id, array_position(p_ids, x.id), 'double_dispatch'
+                FROM removed x
+                WHERE (SELECT t.archived < t.removed FROM tally t)
+                  AND x.id NOT IN (SELECT a.message_id FROM archived a)
+            ),
+            -- Per key: the last message of a run written here, and how far
+            -- the runs of the heads written here reach.
+            keys AS (
+                SELECT x.namespace, x.ordering_key,
+                       max(x.sequence_id) FILTER (WHERE x.lease_token IS NULL) AS last_behind,
+                       max(x.run_through) AS through
+                FROM removed x WHERE x.ordering_key IS NOT NULL
+                GROUP BY x.namespace, x.ordering_key
+            )
+            SELECT t.removed, e.ids, e.ords, e.statuses, k.namespaces, k.keys,
+                   k.run_ns, k.run_ok, k.run_seq, k.run_through, k.run_token, k.run_until,
+                   (SELECT min(x.lease_expires_at) FROM removed x),
+                   (SELECT count(*) FROM keys y WHERE y.last_behind > coalesce(y.through, 0))
+              INTO v_recorded, v_ids, v_ords, v_statuses, v_key_ns, v_key_ok,
+                   v_run_ns, v_run_ok, v_run_seq, v_run_through, v_run_token, v_run_until,
+                   v_until, v_loose
+              FROM tally t,
+                   (SELECT array_agg(e.id ORDER BY e.ord) AS ids, array_agg(e.ord::int ORDER BY e.ord) AS ords,
+                           array_agg(e.status ORDER BY e.ord) AS statuses
+                    FROM exceptions e) e,
+                   (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys,
+                           array_agg(x.namespace) FILTER (WHERE x.run_through > x.named_through) AS run_ns,
+                           array_agg(x.ordering_key) FILTER (WHERE x.run_through > x.named_through) AS run_ok,
+                           array_agg(x.sequence_id) FILTER (WHERE x.run_through > x.named_through) AS run_seq,
+                           array_agg(x.run_through) FILTER (WHERE x.run_through > x.named_through) AS run_through,
+                           array_agg(x.lease_token) FILTER (WHERE x.run_through > x.named_through) AS run_token,
+                           array_agg(x.lease_expires_at) FILTER (WHERE x.run_through > x.named_through) AS run_until
+                    FROM (SELECT x.*, max(x.sequence_id) OVER (PARTITION BY x.namespace, x.ordering_key) AS named_through
+                          FROM removed x WHERE x.ordering_key IS NOT NULL) x) k;
+        ELSE
+            -- The statements of outcomes absent from the batch are skipped
+            -- whole (a one-time filter on the outcomes).
+            WITH
+            -- The batch's rows as the statement's snapshot has them: the
+            -- lease each was written under, for the check after it.
+            held AS (
+                SELECT p.id, p.namespace, p.ordering_key, p.sequence_id, p.lease_token, p.lease_expires_at, p.run_through
+                FROM outbox.pending p
+                WHERE p.id = ANY (p_ids)
+            ),
+            -- DISPATCHED and FAILED leave pending; so does a RETRYABLE outcome
+            -- at the attempt ceiling, which becomes FAILED.
+            removed AS (
+                DELETE FROM outbox.pending p
+                USING unnest(p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages,
+                             p_targets, p_target_refs, p_latencies_ms, p_on_dead, p_hold)
+                      WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
+                                           target, target_ref, latency_ms, on_dead, hold, ord)
+                WHERE p.id = ANY (p_ids)
+                  AND p.id = r.id
+                  AND ${lease_fence}
+                  AND (r.outcome IN ('DISPATCHED', 'FAILED')
+                       OR (r.outcome = 'RETRYABLE' AND p.attempt_count + (p.lease_token IS NULL)::int >= p_max_attempts
+                           AND NOT coalesce(r.hold, false)))
+                -- A delivered row's payload is not needed past this point:
+                -- carrying it through the CTEs costs more than the delete itself.
+                RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                          CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.payload END AS payload,
+                          p.payload_bytes,
+                          CASE WHEN r.outcome = 'DISPATCHED' THEN NULL ELSE p.headers END AS headers,
+                          p.trace_header, p.attempt_count + (p.lease_token IS NULL)::int AS attempt_count,
+                          p.available_at, p.created_at,
+                          r.outcome AS requested,
+                          CASE WHEN r.outcome = 'DISPATCHED' THEN 'DISPATCHED' ELSE 'FAILED' END AS outcome,
+                          p.ordering_key IS NOT NULL AND r.outcome <> 'DISPATCHED'
+                              AND coalesce(r.on_dead = 'park', p.park_on_dead) AS parks,
+                          r.error_code, left(r.error_message, 4096) AS error_message, r.target, r.target_ref,
+                          r.latency_ms, r.ord, p.run_through, p.lease_token, p.lease_expires_at
+            ),
+            rescheduled AS (
+                UPDATE outbox.pending p
+                SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, run_through = NULL,
+                    attempt_count = p.attempt_count + (p.lease_token IS NULL)::int,
+                    next_attempt_at = greatest(coalesce(r.retry_at, v_now), v_now),
+                    last_error_code = r.error_code,
+                    last_error = left(r.error_message, 4096),
+                    failing_since = coalesce(p.failing_since, v_now),
+                    park_on_dead = coalesce(r.on_dead = 'park', p.park_on_dead)
+                FROM unnest(p_ids, p_lease_tokens, p_outcomes, p_error_codes, p_error_messages,
+                            p_targets, p_target_refs, p_latencies_ms, p_retry_at, p_on_dead, p_hold)
+                     WITH ORDINALITY AS r(id, lease_token, outcome, error_code, error_message,
+                                          target, target_ref, latency_ms, retry_at, on_dead, hold, ord)
+                WHERE 'RETRYABLE' = ANY (p_outcomes)
+                  AND p.id = ANY (p_ids)
+                  AND p.id = r.id
+                  AND ${lease_fence}
+                  AND r.outcome = 'RETRYABLE'
+                  AND (p.attempt_count + (p.lease_token IS NULL)::int < p_max_attempts OR coalesce(r.hold, false))
+                RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key, p.sequence_id,
+                          p.attempt_count, r.error_code, left(r.error_message, 4096) AS error_message,
+                          r.target, r.target_ref, r.latency_ms, r.ord
+            ),
+            released AS (
+                UPDATE outbox.pending p
+                SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, run_through = NULL,
+                    attempt_count = greatest(p.attempt_count - 1, 0)
+                FROM unnest(p_ids, p_lease_tokens, p_outcomes) AS r(id, lease_token, outcome)
+                WHERE 'RELEASED' = ANY (p_outcomes)
+                  AND p.id = ANY (p_ids)
+                  AND p.id = r.id
+                  AND p.lease_token IS NOT NULL
+                  AND ${lease_fence}
+                  AND r.outcome = 'RELEASED'
+                RETURNING p.id
+            ),
+            -- A message of a run is given back by writing nothing: it holds no
+            -- lease of its own, and its attempt was never charged. The run's
+            -- lease ends with its head's (released or rescheduled above).
+            released_behind AS (
+                SELECT p.id
+                FROM outbox.pending p
+                JOIN unnest(p_ids, p_lease_tokens, p_outcomes) AS r(id, lease_token, outcome) ON p.id = r.id
+                WHERE 'RELEASED' = ANY (p_outcomes)
+                  AND p.id = ANY (p_ids)
+                  AND r.outcome = 'RELEASED'
+                  AND p.lease_token IS NULL
+                  AND ${lease_fence}
+            ),
+            buried AS (
+                INSERT INTO outbox.dead (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
+                                         payload, payload_bytes, headers, trace_header, attempt_count, available_at,
+                                         created_at, last_error_code, last_error, failed_by, holds_key)
+                SELECT x.id, x.namespace, x.topic, x.tenant_id, x.dedupe_key, x.ordering_key, x.sequence_id,
+                       x.payload, x.payload_bytes, x.headers, x.trace_header, x.attempt_count, x.available_at,
+                       x.created_at, x.error_code, x.error_message, p_worker_id,
+                       -- Only a key's first dead message holds it (a run stops at
+                       -- its first failure, so there is no second; this keeps it so).
+                       x.parks AND x.rank = 1
+                           AND NOT EXISTS (SELECT 1 FROM outbox.dead d
+                                           WHERE d.namespace = x.namespace AND d.ordering_key = x.ordering_key AND d.holds_key)
+                FROM (SELECT y.*, row_number() OVER (PARTITION BY y.namespace, y.ordering_key, y.outcome ORDER BY y.sequence_id) AS rank
+                      FROM removed y) x
+                WHERE p_outcomes && ARRAY['FAILED', 'RETRYABLE'] AND x.outcome = 'FAILED'
+            ),
+            -- The double-delivery backstop, as above.
+            archived AS (
+                INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace, topic, tenant_id,
+                                             dedupe_key, ordering_key, sequence_id, target, target_ref,
+                                             error_code, error_message, latency_ms)
+                SELECT y.id, y.attempt_count, y.outcome, p_worker_id, y.namespace, y.topic, y.tenant_id,
+                       y.dedupe_key, y.ordering_key, y.sequence_id, y.target, y.target_ref,
+                       y.error_code, y.error_message, y.latency_ms
+                FROM (SELECT x.id, x.attempt_count, x.outcome, x.namespace, x.topic, x.tenant_id, x.dedupe_key,
+                             x.ordering_key, x.sequence_id, x.target, x.target_ref, x.error_code, x.error_message,
+                             x.latency_ms, x.ord
+                      FROM removed x
+                      UNION ALL
+                      SELECT q.id, q.attempt_count, 'RETRYABLE', q.namespace, q.topic, q.tenant_id, q.dedupe_key,
+                             q.ordering_key, q.sequence_id, q.target, q.target_ref, q.error_code, q.error_message,
+                             q.latency_ms, q.ord
+                      FROM rescheduled q) y
+                ORDER BY y.ord
+                ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING
+                RETURNING message_id, state
+            ),
+            written AS (
+                SELECT x.id FROM removed x UNION ALL SELECT q.id FROM rescheduled q
+                UNION ALL SELECT l.id FROM released l UNION ALL SELECT b.id FROM released_behind b
+            ),
+            tally AS (
+                SELECT (SELECT count(*) FROM removed) AS removed, (SELECT count(*) FROM rescheduled) AS rescheduled,
+                       (SELECT count(*) FROM released) + (SELECT count(*) FROM released_behind) AS released,
+                       (SELECT count(*) FROM archived) AS archived
+            ),
+            exceptions AS (
+                SELECT r.id, r.ord, 'lease_lost' AS status
+                FROM unnest(p_ids) WITH ORDINALITY AS r(id, ord)
+                WHERE (SELECT t.removed + t.rescheduled + t.released < cardinality(p_ids) FROM tally t)
+                  AND r.id NOT IN (SELECT w.id FROM written w)
+                UNION ALL
+                SELECT x.id, x.ord, 'dead'
+                FROM removed x
+                WHERE 'RETRYABLE' = ANY (p_outcomes) AND x.requested = 'RETRYABLE'
+                UNION ALL
+                -- Only a DISPATCHED outcome can fail to be archived.
+                SELECT x.id, x.ord, 'double_dispatch'
+                FROM removed x
+                WHERE (SELECT t.archived < t.removed + t.rescheduled FROM tally t)
+                  AND x.outcome = 'DISPATCHED'
+                  AND x.id NOT IN (SELECT a.message_id FROM archived a WHERE a.state = 'DISPATCHED')
+            ),
+            -- What was written, with the lease each row held when the
+            -- statement began (see held), for the check after it.
+            leases AS (
+                SELECT h.* FROM held h JOIN written w ON w.id = h.id
+            ),
+            keys AS (
+                SELECT l.namespace, l.ordering_key,
+                       max(l.sequence_id) FILTER (WHERE l.lease_token IS NULL) AS last_behind,
+                       max(l.run_through) AS through
+                FROM leases l WHERE l.ordering_key IS NOT NULL
+                GROUP BY l.namespace, l.ordering_key
+            )
+            SELECT t.removed + t.rescheduled + t.released, e.ids, e.ords, e.statuses, k.namespaces, k.keys,
+                   k.run_ns, k.run_ok, k.run_seq, k.run_through, k.run_token, k.run_until,
+                   (SELECT min(l.lease_expires_at) FROM leases l),
+                   (SELECT count(*) FROM keys y WHERE y.last_behind > coalesce(y.through, 0))
+              INTO v_recorded, v_ids, v_ords, v_statuses, v_key_ns, v_key_ok,
+                   v_run_ns, v_run_ok, v_run_seq, v_run_through, v_run_token, v_run_until,
+                   v_until, v_loose
+              FROM tally t,
+                   (SELECT array_agg(e.id ORDER BY e.ord) AS ids, array_agg(e.ord::int ORDER BY e.ord) AS ords,
+                           array_agg(e.status ORDER BY e.ord) AS statuses
+                    FROM exceptions e) e,
+                   (SELECT array_agg(x.namespace) AS namespaces, array_agg(x.ordering_key) AS keys,
+                           array_agg(x.namespace) FILTER (WHERE x.run_through > x.named_through) AS run_ns,
+                           array_agg(x.ordering_key) FILTER (WHERE x.run_through > x.named_through) AS run_ok,
+                           array_agg(x.sequence_id) FILTER (WHERE x.run_through > x.named_through) AS run_seq,
+                           array_agg(x.run_through) FILTER (WHERE x.run_through > x.named_through) AS run_through,
+                           array_agg(x.lease_token) FILTER (WHERE x.run_through > x.named_through) AS run_token,
+                           array_agg(x.lease_expires_at) FILTER (WHERE x.run_through > x.named_through) AS run_until
+                    FROM (SELECT x.*, max(x.sequence_id) OVER (PARTITION BY x.namespace, x.ordering_key) AS named_through
+                          FROM removed x WHERE x.ordering_key IS NOT NULL) x) k;
+        END IF;
+
+        -- The check after the statement (see above): every lease written
+        -- under still live now, so live when each row was written; a run's
+        -- message whose head this statement did not write was fenced
+        -- strictly. Otherwise undo and fence strictly.
+        IF NOT v_strict AND (v_until <= clock_timestamp() OR v_loose > 0) THEN
+            RAISE EXCEPTION USING ERRCODE = 'P7090';
+        END IF;
+        IF v_strict AND v_until <= clock_timestamp() THEN
+            RAISE EXCEPTION USING ERRCODE = 'P7090';
+        END IF;
+        EXIT attempts;
+    EXCEPTION WHEN SQLSTATE 'P7090' THEN
+        IF v_try = 3 THEN
+            RAISE EXCEPTION 'outbox.complete_batch: the batch''s leases kept running out while it was recorded'
+                USING ERRCODE = 'P7002';
+        END IF;
+        v_strict := true;
+    END;
+    END LOOP;
 
     PERFORM set_config('enable_nestloop', v_nestloop, true), set_config('enable_mergejoin', v_mergejoin, true);
 

@@ -41,6 +41,10 @@ DECLARE
     v_expiry   timestamptz[];
     v_owned    text[];
     v_ids      uuid[];
+    v_heads    uuid[];
+    v_members  uuid[];
+    v_behind   uuid[];
+    v_held     uuid[];
     v_repaired integer;
     v_key_ns   text[];
     v_key_ok   text[];
@@ -61,7 +65,10 @@ BEGIN
             LIMIT p_limit) c;
 
     -- 2. Unordered rows, locked one by one; ordered runs, each whole under
-    --    its key's lock (see above).
+    --    its key's lock (see above). Nothing here waits: a row someone holds
+    --    (a completion recording it, an operator) is skipped, and so is a
+    --    run any of whose messages someone holds, so that a takeover never
+    --    waits for a completion that may be waiting for it.
     v_ids := ARRAY(
         SELECT p.id FROM outbox.pending p
         WHERE p.id = ANY (v_loose) AND p.lease_token IS NOT NULL AND p.lease_expires_at <= p_now
@@ -77,12 +84,30 @@ BEGIN
             FOR UPDATE SKIP LOCKED);
         -- Each lease read once, by its expiry, for the runs of the keys
         -- taken.
-        v_ids := v_ids || ARRAY(
+        v_heads := ARRAY(
             SELECT q.id FROM outbox.pending q
             WHERE q.lease_token IS NOT NULL AND q.attempt_count >= 0 AND q.lease_expires_at = ANY (v_expiry)
               AND q.lease_token = ANY (v_tokens)
               AND octet_length(q.namespace) || ':' || q.namespace || q.ordering_key = ANY (v_owned)
             FOR UPDATE OF q SKIP LOCKED);
+        -- The messages of their runs, locked without waiting; a run one of
+        -- whose messages someone holds is left for a later pass.
+        v_members := ARRAY(
+            SELECT f.id FROM outbox.pending h
+            CROSS JOIN LATERAL (SELECT f.id FROM outbox.pending f
+                                WHERE f.namespace = h.namespace AND f.ordering_key = h.ordering_key
+                                  AND f.sequence_id > h.sequence_id AND f.sequence_id <= h.run_through) f
+            WHERE h.id = ANY (v_heads) AND h.run_through IS NOT NULL);
+        v_behind := ARRAY(SELECT f.id FROM outbox.pending f WHERE f.id = ANY (v_members) FOR UPDATE OF f SKIP LOCKED);
+        IF cardinality(v_behind) < cardinality(v_members) THEN
+            v_held := ARRAY(
+                SELECT DISTINCT h.id FROM outbox.pending h
+                CROSS JOIN LATERAL (SELECT f.id FROM outbox.pending f
+                                    WHERE f.namespace = h.namespace AND f.ordering_key = h.ordering_key
+                                      AND f.sequence_id > h.sequence_id AND f.sequence_id <= h.run_through) f
+                WHERE h.id = ANY (v_heads) AND h.run_through IS NOT NULL AND f.id <> ALL (v_behind));
+        END IF;
+        v_ids := v_ids || ARRAY(SELECT x FROM unnest(v_heads) x WHERE x <> ALL (coalesce(v_held, '{}')));
     END IF;
     IF cardinality(v_ids) = 0 THEN
         RETURN 0;
@@ -110,9 +135,12 @@ BEGIN
     -- lease ran out, is charged and archived as the head's is.
     run_rows AS (
         UPDATE outbox.pending f
-        SET attempt_count = f.attempt_count + 1
+        SET attempt_count = f.attempt_count + 1,
+            last_error_code = 'LEASE_EXPIRED',
+            last_error = 'lease held by ' || e.held_by || ' expired before completion'
         FROM expired e
         WHERE e.run_through IS NOT NULL
+          AND f.id = ANY (v_behind)
           AND f.namespace = e.namespace AND f.ordering_key = e.ordering_key
           AND f.sequence_id > e.sequence_id AND f.sequence_id <= e.run_through
           AND f.lease_token IS NULL

@@ -180,6 +180,18 @@ func Connect(t testing.TB, connString string) *pgx.Conn {
 	return conn
 }
 
+// Pool opens a connection pool on connString, closed when the test ends:
+// for a login of LoginAs that needs several connections.
+func Pool(t testing.TB, connString string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), connString)
+	if err != nil {
+		t.Fatalf("pgtest: open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 func connectAdmin(ctx context.Context, t testing.TB) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, URL())
