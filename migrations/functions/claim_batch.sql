@@ -187,7 +187,11 @@ BEGIN
                     SELECT q.id, q.sequence_id, q.payload_bytes,
                            row_number() OVER w AS k,
                            count(*) FILTER (WHERE q.lease_token IS NOT NULL OR q.next_attempt_at > v_now OR q.paused) OVER w AS misses
-                    FROM (SELECT q.id, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at, q.paused
+                    FROM (SELECT q.id, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at,
+                                 -- A message committed while its topic was being paused can
+                                 -- miss the pause's mark: the pause itself is looked up too.
+                                 q.paused OR v_paused AND EXISTS (SELECT 1 FROM outbox.paused z
+                                                                  WHERE z.namespace = q.namespace AND z.topic IN (q.topic, '*')) AS paused
                           FROM outbox.pending q
                           WHERE h.ordering_key IS NOT NULL
                             AND q.namespace = h.namespace AND q.ordering_key = h.ordering_key
@@ -296,7 +300,11 @@ BEGIN
                         SELECT q.id, q.sequence_id, q.payload_bytes,
                                row_number() OVER w AS k,
                                count(*) FILTER (WHERE q.lease_token IS NOT NULL OR q.next_attempt_at > v_now OR q.paused) OVER w AS misses
-                        FROM (SELECT q.id, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at, q.paused
+                        FROM (SELECT q.id, q.sequence_id, q.payload_bytes, q.lease_token, q.next_attempt_at,
+                                 -- A message committed while its topic was being paused can
+                                 -- miss the pause's mark: the pause itself is looked up too.
+                                 q.paused OR v_paused AND EXISTS (SELECT 1 FROM outbox.paused z
+                                                                  WHERE z.namespace = q.namespace AND z.topic IN (q.topic, '*')) AS paused
                               FROM outbox.pending q
                               WHERE q.namespace = h.namespace AND q.ordering_key = h.ordering_key
                                 AND q.sequence_id > h.sequence_id

@@ -15,11 +15,10 @@ AS $$
 --
 -- Marking never waits: a message that a claim or completion holds at this
 -- moment is left unmarked, as is one whose producer commits just after
--- the pause. Claims skip such a message all the same when it is unordered
--- or its key's head (they check the pause while anything is paused; one
--- behind a head of another, unpaused topic could still go in that head's
--- run), and the next resume of a topic of the namespace, or a pause
--- after it, marks it; until then a claim reads it without taking it.
+-- the pause. Claims skip such a message all the same (they look the pause
+-- up while anything is paused, for heads and for the messages of a run),
+-- and the next resume of a topic of the namespace, or a pause after it,
+-- marks it; until then a claim reads it without taking it.
 -- The marked messages' former entries in the claim index stay until
 -- vacuum removes them (autovacuum, within seconds with the settings the
 -- README recommends): until then claims step over them, the first marking
