@@ -17,7 +17,7 @@
 --   unsettled_keys     keys a dispatcher could not settle without waiting
 --   paused             paused namespaces and topics
 --   limits             what every producer is held to
---   producer_namespaces  namespaces as a security boundary
+--   producer_namespaces, confined_producers   namespaces as a security boundary
 --   operator_log       append-only log of operator actions beyond single messages
 
 -- +goose Up
@@ -326,9 +326,10 @@ COMMENT ON TABLE outbox.limits IS 'Limits outbox.enqueue() holds every message t
 INSERT INTO outbox.limits DEFAULT VALUES;
 
 -- Namespaces as a security boundary. A producer login that is a member of a
--- role with rows here may enqueue only into those roles' namespaces (so one
--- team cannot enqueue into, squat the dedupe keys of, or hold the ordering
--- keys of another); a login with none is not confined.
+-- confined role (outbox.confined_producers) may enqueue only into those
+-- roles' namespaces (so one team cannot enqueue into, squat the dedupe keys
+-- of, or hold the ordering keys of another); a login in no confined role is
+-- not confined.
 CREATE TABLE outbox.producer_namespaces (
     role_name  name        NOT NULL,
     namespace  text        NOT NULL,
@@ -336,7 +337,18 @@ CREATE TABLE outbox.producer_namespaces (
     granted_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT producer_namespaces_pkey PRIMARY KEY (role_name, namespace)
 );
-COMMENT ON TABLE outbox.producer_namespaces IS 'Namespaces a producer role is confined to; a login in none of these roles is not confined.';
+COMMENT ON TABLE outbox.producer_namespaces IS 'Namespaces a confined producer role may enqueue into (outbox.confined_producers).';
+
+-- The producer roles that are confined: once granted a namespace, a role
+-- stays confined when its namespaces are revoked (to none, then), until an
+-- operator lifts the confinement; a role that is confined to nothing
+-- enqueues nowhere rather than everywhere.
+CREATE TABLE outbox.confined_producers (
+    role_name   name        PRIMARY KEY,
+    confined_by text        NOT NULL DEFAULT session_user,
+    confined_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.confined_producers IS 'Producer roles confined to their namespaces (outbox.producer_namespaces), even when they have none left.';
 
 -- Operators' actions that concern no single message (replays and discards
 -- are in the archive, per message). Append-only, kept for good.
@@ -371,7 +383,7 @@ REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA outbox FROM PUBLIC;
 GRANT USAGE ON SCHEMA outbox TO outbox_producer, outbox_dispatcher, outbox_operator, outbox_reader;
 GRANT SELECT ON outbox.pending, outbox.attempts, outbox.dead, outbox.limits, outbox.operator_log, outbox.paused,
-                 outbox.producer_namespaces
+                 outbox.producer_namespaces, outbox.confined_producers
     TO outbox_operator, outbox_reader;
 
 -- +goose Down

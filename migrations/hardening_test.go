@@ -27,8 +27,8 @@ func sqlstate(err error) string {
 }
 
 // A producer confined to its namespaces works in them as before, the
-// unconfined owner of another namespace is unaffected, and a revoke lifts
-// the confinement. What a confined producer is refused (enqueueing into,
+// unconfined owner of another namespace is unaffected, and revoking its
+// last namespace leaves it confined to none. What a confined producer is refused (enqueueing into,
 // squatting the dedupe keys of or blocking the ordering keys of another
 // namespace) is in the privilege matrix: TestEveryMisuseOfAGrantedFunctionIsRefused.
 func TestProducerConfinedToItsNamespaces(t *testing.T) {
@@ -75,12 +75,28 @@ func TestProducerConfinedToItsNamespaces(t *testing.T) {
 		t.Fatalf("%d payments messages claimable, want its own one", pay)
 	}
 
-	// Revoked, the login is no longer confined.
+	// Its last namespace revoked, the login is confined to none: revoking
+	// access must never grant more. Lifting the confinement, with a reason,
+	// is an act of its own.
 	if _, err := operator.Exec(ctx, `SELECT outbox.revoke_namespace($1, 'reporting')`, login); err != nil {
 		t.Fatal(err)
 	}
+	for _, ns := range []string{"payments", "reporting"} {
+		_, err := confined.Exec(ctx, `SELECT * FROM outbox.enqueue($1, 'refunded', '{"x": 1}')`, ns)
+		if sqlstate(err) != insufficientPrivilege || !strings.Contains(err.Error(), "may not enqueue into namespace") {
+			t.Fatalf("after its last namespace was revoked, into %s: %v, want refused (42501)", ns, err)
+		}
+	}
+	if _, err := operator.Exec(ctx, `SELECT outbox.unconfine_producer($1, 'ana', 'reporting retired')`, login); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := confined.Exec(ctx, `SELECT * FROM outbox.enqueue('payments', 'refunded', '{"x": 1}')`); err != nil {
-		t.Fatalf("after the revoke: %v", err)
+		t.Fatalf("after the confinement was lifted: %v", err)
+	}
+	var logged int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.operator_log WHERE action = 'unconfine_producer' AND subject = $1
+		AND operator = 'ana' AND details->'namespaces' = '[]'`, login).Scan(&logged); err != nil || logged != 1 {
+		t.Fatalf("operator_log rows for the lifted confinement: %d (%v), want 1", logged, err)
 	}
 }
 

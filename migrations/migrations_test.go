@@ -16,7 +16,7 @@ import (
 )
 
 // outboxTables is how many tables the migrations create in schema outbox.
-const outboxTables = 13
+const outboxTables = 14
 
 func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	t.Parallel()

@@ -41,7 +41,7 @@ import (
 //     erasing operators' actions.
 //
 // What the permitted side does (the owner of a namespace unaffected, a
-// revoke lifting the confinement, what a purge at the floor keeps, what the
+// revoked producer confined to nothing until the confinement is lifted, what a purge at the floor keeps, what the
 // operator log records) is in hardening_test.go.
 
 var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_operator", "outbox_reader"}
@@ -51,16 +51,16 @@ var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_oper
 var grantedFunctions = map[string][]string{
 	"outbox_producer":   {"enqueue", "enqueue_batch"},
 	"outbox_dispatcher": {"claim_batch", "claimable_estimate", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys", "pauses"},
-	"outbox_operator": {"replay_dead", "discard", "purge_audit", "grant_namespace", "revoke_namespace", "stats", "blocked_keys",
-		"pending_messages", "pauses", "retry_now", "purge_dead", "pause", "resume"},
+	"outbox_operator": {"replay_dead", "discard", "purge_audit", "grant_namespace", "revoke_namespace", "unconfine_producer",
+		"stats", "blocked_keys", "pending_messages", "pauses", "retry_now", "purge_dead", "pause", "resume"},
 	"outbox_reader": {"stats", "blocked_keys", "pending_messages", "pauses"},
 }
 
 // readableTables are the tables each role may SELECT; no role may do
 // anything else to any table.
 var readableTables = map[string][]string{
-	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces", "operator_log", "paused"},
-	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces", "operator_log", "paused"},
+	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces", "confined_producers", "operator_log", "paused"},
+	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces", "confined_producers", "operator_log", "paused"},
 }
 
 type function struct {

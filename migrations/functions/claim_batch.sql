@@ -48,11 +48,15 @@ AS $$
 -- charged when their outcome is recorded (outbox.complete_batch). Leasing
 -- a row writes a new version of it and of its index entries; a run of 25
 -- written as one row instead of 25 is what makes a claim of ordered keys
--- cost less than an unordered one of the same size (see migration 9). The claim stops before its payloads would exceed
--- p_max_bytes (it always takes at least one message). A message whose
--- payload is larger than p_max_payload_bytes (the most any route may send)
--- is claimed without its payload (NULL) and does not count against
--- p_max_bytes: the dispatcher dead-letters it without loading it.
+-- cost less than an unordered one of the same size (docs/PERFORMANCE.md).
+--
+-- Bytes. The claim stops before its payloads (as stored: payload_bytes)
+-- would exceed p_max_bytes, 64 MiB when NULL, so that no claim can load
+-- more than a batch's worth of payloads (it always takes at least one
+-- message). A message whose payload is larger than p_max_payload_bytes
+-- (the most any route may send) is claimed without its payload (NULL) and
+-- does not count against p_max_bytes: the dispatcher dead-letters it
+-- without loading it.
 --
 -- Takeover. Leases of p_namespaces that expired (a dispatcher crashed or
 -- overran) are taken over first, up to p_batch_size rows and the rest of
@@ -119,6 +123,7 @@ BEGIN
         RAISE EXCEPTION 'outbox.claim_batch: p_max_bytes and p_max_payload_bytes must be positive (or NULL), got % and %',
             p_max_bytes, p_max_payload_bytes USING ERRCODE = '22023';
     END IF;
+    p_max_bytes := coalesce(p_max_bytes, 67108864);
     IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         RAISE EXCEPTION 'outbox.claim_batch: p_max_attempts must be at least 1, got %', p_max_attempts
             USING ERRCODE = '22023';

@@ -23,7 +23,14 @@ DECLARE
     -- savepoint that is aborted, which resets it. Set by assignment: a
     -- PERFORM is a query, four times the cost.
     v_single text := set_config('outbox.enqueue_single', 'on', true);
+    -- What enqueue_batch refuses of a document that would take too long to
+    -- write out as text (see payload_problem), refused before it is.
+    v_problem text := outbox.payload_problem(p_payload, NULL);
 BEGIN
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION 'outbox.enqueue: invalid message: payload %', v_problem
+            USING ERRCODE = 'P7004', COLUMN = 'payload', DETAIL = 'message index: -1';
+    END IF;
     RETURN QUERY
     SELECT b.message_id, b.sequence_id, b.inserted
     FROM outbox.enqueue_batch(ARRAY[p_namespace], ARRAY[p_topic], ARRAY[p_payload::text],

@@ -42,6 +42,10 @@ DECLARE
     v_max_delay         interval;
     v_floor    bigint;
     v_payloads jsonb[];
+    v_bytes    int[];
+    -- The longest JSON text parsed: a stored document can be shorter than
+    -- the text sent (spaces, escapes), but not by this much.
+    v_max_text int;
     v_headers  jsonb[];
     v_ids      uuid[];
     v_inserted boolean[];
@@ -81,11 +85,15 @@ BEGIN
     SELECT (SELECT l.max_payload_bytes FROM outbox.limits l), (SELECT l.max_key_bytes FROM outbox.limits l),
            (SELECT l.max_headers FROM outbox.limits l), (SELECT l.max_header_value_bytes FROM outbox.limits l),
            (SELECT l.max_delay FROM outbox.limits l),
-           -- The namespaces this login is confined to (NULL: none).
-           (SELECT array_agg(g.namespace) FROM outbox.producer_namespaces g
-            JOIN pg_catalog.pg_roles r ON r.rolname = g.role_name
+           -- The namespaces this login is confined to (NULL: not confined;
+           -- empty: confined to none, every grant revoked).
+           (SELECT coalesce(array_agg(g.namespace) FILTER (WHERE g.namespace IS NOT NULL), '{}')
+            FROM outbox.confined_producers c
+            JOIN pg_catalog.pg_roles r ON r.rolname = c.role_name
+            LEFT JOIN outbox.producer_namespaces g ON g.role_name = c.role_name
             WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')
-              AND NOT (SELECT u.rolsuper FROM pg_catalog.pg_roles u WHERE u.rolname = session_user)),
+              AND NOT (SELECT u.rolsuper FROM pg_catalog.pg_roles u WHERE u.rolname = session_user)
+            HAVING count(*) > 0),
            -- Whether anything is paused (see step 5).
            EXISTS (SELECT 1 FROM outbox.paused),
            array_agg(outbox.uuid_v7() ORDER BY e.i),
@@ -96,6 +104,7 @@ BEGIN
       INTO v_max_payload, v_max_key, v_max_headers, v_max_header_value, v_max_delay, v_allowed, v_paused, v_ids, p_tenant_ids, p_dedupe_keys, p_ordering_keys, p_trace_headers
       FROM unnest(p_namespaces, p_tenant_ids, p_dedupe_keys, p_ordering_keys, p_trace_headers) WITH ORDINALITY
            AS e(ns, tenant, dk, ok, trace, i);
+    v_max_text := least(8 * v_max_payload::bigint, 1073741823);
 
     IF v_allowed IS NOT NULL THEN
         SELECT ARRAY[x.i::text, x.ns] INTO v_problem
@@ -106,8 +115,10 @@ BEGIN
             RAISE EXCEPTION '%: login % may not enqueue into namespace %', v_caller, session_user, quote_literal(v_problem[2])
                 USING ERRCODE = '42501', COLUMN = 'namespace',
                       DETAIL = format('message index: %s', CASE WHEN v_caller = 'outbox.enqueue' THEN -1 ELSE v_problem[1]::int - 1 END),
-                      HINT = format('Its roles may enqueue into: %s. An operator grants more with outbox.grant_namespace(role, namespace).',
-                                    array_to_string(v_allowed, ', '));
+                      HINT = CASE WHEN cardinality(v_allowed) = 0 THEN
+                                 'Its roles are confined and every namespace they had was revoked. An operator grants one with outbox.grant_namespace(role, namespace), or lifts the confinement with outbox.unconfine_producer(role).'
+                             ELSE format('Its roles may enqueue into: %s. An operator grants more with outbox.grant_namespace(role, namespace).',
+                                         array_to_string(v_allowed, ', ')) END;
         END IF;
         v_problem := NULL;
     END IF;
@@ -124,21 +135,24 @@ BEGIN
         SELECT ARRAY[(array_agg(x.i::text ORDER BY x.i) FILTER (WHERE x.problem IS NOT NULL))[1],
                      (array_agg(x.problem[1] ORDER BY x.i) FILTER (WHERE x.problem IS NOT NULL))[1],
                      (array_agg(x.problem[2] ORDER BY x.i) FILTER (WHERE x.problem IS NOT NULL))[1]],
-               array_agg(x.pj ORDER BY x.i), array_agg(x.hj ORDER BY x.i)
-          INTO v_problem, v_payloads, v_headers
+               array_agg(x.pj ORDER BY x.i), array_agg(x.bytes ORDER BY x.i), array_agg(x.hj ORDER BY x.i)
+          INTO v_problem, v_payloads, v_bytes, v_headers
           FROM (
-            SELECT e.i, c.pj, c.hj, CASE
+            SELECT e.i, c.pj, d.bytes, c.hj, CASE
                 WHEN e.ns IS NULL OR e.ns = '' THEN ARRAY['namespace', 'must not be empty']
-                WHEN octet_length(e.ns) > 128 OR e.ns !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
+                WHEN NOT outbox.valid_name(e.ns) THEN
                     ARRAY['namespace', format('%s must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit', quote_literal(left(e.ns, 140)))]
                 WHEN e.tp IS NULL OR e.tp = '' THEN ARRAY['topic', 'must not be empty']
-                WHEN octet_length(e.tp) > 128 OR e.tp !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
+                WHEN NOT outbox.valid_name(e.tp) THEN
                     ARRAY['topic', format('%s must be 1-128 characters of letters, digits and . _ : / -, starting with a letter or digit', quote_literal(left(e.tp, 140)))]
                 WHEN e.payload IS NULL OR e.payload = '' THEN ARRAY['payload', 'must not be empty']
-                WHEN octet_length(e.payload) > v_max_payload THEN
-                    ARRAY['payload', format('is %s bytes, over the limit of %s', octet_length(e.payload), v_max_payload)]
+                WHEN c.pj IS NULL THEN
+                    ARRAY['payload', format('is %s bytes of JSON text, far over the limit of %s', octet_length(e.payload), v_max_payload)]
                 WHEN jsonb_typeof(c.pj) NOT IN ('object', 'array') THEN
                     ARRAY['payload', 'must be a JSON object or array, not a ' || jsonb_typeof(c.pj)]
+                WHEN d.problem IS NOT NULL THEN ARRAY['payload', d.problem]
+                WHEN d.bytes > v_max_payload THEN
+                    ARRAY['payload', format('is %s bytes as stored, over the limit of %s', d.bytes, v_max_payload)]
                 WHEN octet_length(e.tenant) > v_max_key THEN
                     ARRAY['tenant_id', format('is %s bytes, over the limit of %s', octet_length(e.tenant), v_max_key)]
                 WHEN e.tenant ~ c_control THEN ARRAY['tenant_id', 'contains a control character']
@@ -187,14 +201,20 @@ BEGIN
                         p_trace_headers, p_available_at, p_headers) WITH ORDINALITY
                  AS e(ns, tp, payload, tenant, dk, ok, trace, at, headers, i)
             CROSS JOIN LATERAL (
-                SELECT CASE WHEN octet_length(e.payload) BETWEEN 1 AND v_max_payload THEN e.payload::jsonb END AS pj,
+                SELECT CASE WHEN octet_length(e.payload) BETWEEN 1 AND v_max_text THEN e.payload::jsonb END AS pj,
                        CASE WHEN octet_length(e.headers) <= 1048576 THEN e.headers::jsonb END AS hj) c
+            -- The stored size, measured only once nothing refuses the
+            -- document (payload_problem), so that it never writes out a
+            -- number of a hundred thousand digits.
+            CROSS JOIN LATERAL (
+                SELECT p.problem, CASE WHEN p.problem IS NULL THEN outbox.stored_bytes(c.pj) END AS bytes
+                FROM (SELECT outbox.payload_problem(c.pj, e.payload) AS problem OFFSET 0) p) d
           ) x;
-    EXCEPTION WHEN data_exception THEN
+    EXCEPTION WHEN data_exception OR statement_too_complex THEN
         FOR i IN 1 .. v_n LOOP
             BEGIN
-                PERFORM CASE WHEN octet_length(p_payloads[i]) <= v_max_payload THEN p_payloads[i]::jsonb END;
-            EXCEPTION WHEN data_exception THEN
+                PERFORM CASE WHEN octet_length(p_payloads[i]) <= v_max_text THEN p_payloads[i]::jsonb END;
+            EXCEPTION WHEN data_exception OR statement_too_complex THEN
                 v_problem := ARRAY[i::text, 'payload', 'is not valid JSON: ' || SQLERRM];
                 EXIT;
             END;
@@ -292,13 +312,13 @@ BEGIN
     INSERT INTO outbox.pending (id, namespace, topic, tenant_id, dedupe_key, ordering_key, sequence_id,
                                 payload, payload_bytes, headers, trace_header, available_at, next_attempt_at, behind,
                                 paused)
-    SELECT x.id, x.ns, x.tp, x.tenant, x.dk, x.ok, x.seq, x.payload, octet_length(x.payload_text),
+    SELECT x.id, x.ns, x.tp, x.tenant, x.dk, x.ok, x.seq, x.payload, x.bytes,
            coalesce(x.headers, '{}'::jsonb), x.trace,
            greatest(coalesce(x.at, v_now), v_now), greatest(coalesce(x.at, v_now), v_now), x.ok IS NOT NULL,
            v_paused AND EXISTS (SELECT 1 FROM outbox.paused z WHERE z.namespace = x.ns AND z.topic IN (x.tp, '*'))
     FROM unnest(v_ids, p_namespaces, p_topics, p_tenant_ids, p_dedupe_keys, p_ordering_keys, v_seqs,
-                v_payloads, p_payloads, v_headers, p_trace_headers, p_available_at, v_inserted)
-         AS x(id, ns, tp, tenant, dk, ok, seq, payload, payload_text, headers, trace, at, ins)
+                v_payloads, v_bytes, v_headers, p_trace_headers, p_available_at, v_inserted)
+         AS x(id, ns, tp, tenant, dk, ok, seq, payload, bytes, headers, trace, at, ins)
     WHERE x.ins;
 
     -- 6. One row per message, in order; a dedupe hit answers with the

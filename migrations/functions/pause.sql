@@ -32,11 +32,11 @@ BEGIN
         RAISE EXCEPTION 'outbox.pause: a reason is required; it is kept in outbox.paused and outbox.operator_log'
             USING ERRCODE = '22023';
     END IF;
-    IF p_namespace IS NULL OR octet_length(p_namespace) > 128 OR p_namespace !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' THEN
+    IF p_namespace IS NULL OR NOT outbox.valid_name(p_namespace) THEN
         RAISE EXCEPTION 'outbox.pause: % is not a namespace (1-128 characters of letters, digits and . _ : / -, starting with a letter or digit)',
             coalesce(quote_literal(p_namespace), 'NULL') USING ERRCODE = '22023';
     END IF;
-    IF v_topic <> '*' AND (octet_length(v_topic) > 128 OR v_topic !~ '^[A-Za-z0-9][A-Za-z0-9._:/-]*$') THEN
+    IF v_topic <> '*' AND NOT outbox.valid_name(v_topic) THEN
         RAISE EXCEPTION 'outbox.pause: % is not a topic (1-128 characters of letters, digits and . _ : / -, starting with a letter or digit; NULL or * for the whole namespace)',
             quote_literal(v_topic) USING ERRCODE = '22023';
     END IF;

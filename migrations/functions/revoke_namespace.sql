@@ -7,9 +7,12 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
--- Takes a namespace back from p_role; a role left with none is no longer
--- confined at all. Returns whether the grant existed. The grant's row goes;
--- outbox.operator_log keeps who revoked it, and who had granted it when.
+-- Takes a namespace back from p_role. A role left with none stays confined,
+-- to no namespace: its members may enqueue nowhere until an operator grants
+-- one (outbox.grant_namespace) or lifts the confinement
+-- (outbox.unconfine_producer). Returns whether the grant existed. The
+-- grant's row goes; outbox.operator_log keeps who revoked it, and who had
+-- granted it when.
 DECLARE
     v_grant outbox.producer_namespaces;
 BEGIN
