@@ -25,7 +25,7 @@ DECLARE
     v_single text := set_config('outbox.enqueue_single', 'on', true);
     -- What enqueue_batch refuses of a document that would take too long to
     -- write out as text (see payload_problem), refused before it is.
-    v_problem text := outbox.payload_problem(p_payload, NULL);
+    v_problem text := outbox.payload_problem(p_payload);
 BEGIN
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION 'outbox.enqueue: invalid message: payload %', v_problem

@@ -208,7 +208,7 @@ BEGIN
             -- number of a hundred thousand digits.
             CROSS JOIN LATERAL (
                 SELECT p.problem, CASE WHEN p.problem IS NULL THEN outbox.stored_bytes(c.pj) END AS bytes
-                FROM (SELECT outbox.payload_problem(c.pj, e.payload) AS problem OFFSET 0) p) d
+                FROM (SELECT outbox.payload_problem(c.pj) AS problem OFFSET 0) p) d
           ) x;
     EXCEPTION WHEN data_exception OR statement_too_complex THEN
         FOR i IN 1 .. v_n LOOP

@@ -301,3 +301,36 @@ func nullableTime(t time.Time) *time.Time {
 	}
 	return &t
 }
+
+const producerLimitsSQL = `SELECT max_payload_bytes, max_key_bytes, max_headers, max_header_value_bytes,
+	extract(epoch FROM max_delay)::float8 FROM outbox.producer_limits()`
+
+// LoadLimits reads the limits the database holds every producer to (table
+// outbox.limits, through outbox.producer_limits()), for a Producer that
+// checks messages against those and not DefaultLimits: an operator may have
+// raised or lowered them. MaxBatch, which the database does not bound, is
+// DefaultLimits'.
+func LoadLimits(ctx context.Context, db Querier) (Limits, error) {
+	rows, err := db.Query(ctx, producerLimitsSQL)
+	if err != nil {
+		return Limits{}, fmt.Errorf("outbox: read the database's limits: %w", err)
+	}
+	l := Limits{MaxBatch: DefaultLimits.MaxBatch}
+	var found bool
+	for rows.Next() {
+		var delaySeconds float64
+		if err := rows.Scan(&l.MaxPayloadBytes, &l.MaxKeyBytes, &l.MaxHeaders, &l.MaxHeaderValueBytes, &delaySeconds); err != nil {
+			rows.Close()
+			return Limits{}, fmt.Errorf("outbox: read the database's limits: %w", err)
+		}
+		l.MaxDelay = time.Duration(delaySeconds * float64(time.Second))
+		found = true
+	}
+	if err := rows.Err(); err != nil {
+		return Limits{}, fmt.Errorf("outbox: read the database's limits: %w", err)
+	}
+	if !found {
+		return Limits{}, errors.New("outbox: the database has no limits row (table outbox.limits is empty)")
+	}
+	return l, nil
+}

@@ -124,17 +124,23 @@ func (l Limits) validate(m Message, index int) error {
 	if len(m.Payload) == 0 {
 		return fail("payload", "must not be empty")
 	}
-	if len(m.Payload) > l.MaxPayloadBytes {
-		return fail("payload", "is %d bytes, over the limit of %d", len(m.Payload), l.MaxPayloadBytes)
-	}
-	if !json.Valid(m.Payload) {
-		return fail("payload", "is not valid JSON")
+	// A stored document is shorter than its text by spaces and escapes,
+	// never by this much: the database parses no longer text either.
+	if maxText := maxTextBytes(l.MaxPayloadBytes); len(m.Payload) > maxText {
+		return fail("payload", "is %d bytes of JSON text, far over the limit of %d", len(m.Payload), l.MaxPayloadBytes)
 	}
 	if first := firstNonSpace(m.Payload); first != '{' && first != '[' {
+		if !json.Valid(m.Payload) {
+			return fail("payload", "is not valid JSON")
+		}
 		return fail("payload", "must be a JSON object or array, not a %s", jsonKind(first))
 	}
-	if msg := checkJSONBText(m.Payload); msg != "" {
-		return fail("payload", "%s", msg)
+	size, problem := storedSize(m.Payload)
+	if problem != "" {
+		return fail("payload", "%s", problem)
+	}
+	if size > l.MaxPayloadBytes {
+		return fail("payload", "is %d bytes as stored, over the limit of %d", size, l.MaxPayloadBytes)
 	}
 
 	for _, f := range []struct{ field, value string }{
@@ -207,137 +213,10 @@ func checkText(v string) string {
 	return ""
 }
 
-// checkJSONBText finds what encoding/json accepts but PostgreSQL's jsonb
-// rejects (which would abort the caller's transaction): invalid UTF-8, the
-// escaped NUL character, unpaired UTF-16 surrogate escapes, and numbers
-// beyond the range of numeric, which jsonb stores numbers as. The payload is
-// already known to be valid JSON, so one pass over its bytes, tracking
-// whether it is inside a string, finds them all; nothing here needs a parse
-// tree.
-func checkJSONBText(b []byte) string {
-	if !utf8.Valid(b) {
-		return "is not valid UTF-8"
-	}
-	inString := false
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if inString {
-			switch c {
-			case '"':
-				inString = false
-			case '\\':
-				if b[i+1] != 'u' {
-					i++
-					continue
-				}
-				code := hexValue(b[i+2 : i+6])
-				i += 5
-				switch {
-				case code == 0:
-					return `contains \u0000, which PostgreSQL jsonb cannot store`
-				case code >= 0xDC00 && code <= 0xDFFF:
-					return "contains an unpaired UTF-16 low surrogate escape"
-				case code >= 0xD800 && code <= 0xDBFF:
-					if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
-						return "contains an unpaired UTF-16 high surrogate escape"
-					}
-					if low := hexValue(b[i+3 : i+7]); low < 0xDC00 || low > 0xDFFF {
-						return "contains an unpaired UTF-16 high surrogate escape"
-					}
-					i += 6
-				}
-			}
-			continue
-		}
-		switch {
-		case c == '"':
-			inString = true
-		case c == '-' || (c >= '0' && c <= '9'):
-			end, msg := checkNumber(b, i)
-			if msg != "" {
-				return msg
-			}
-			i = end - 1
-		}
-	}
-	return ""
-}
-
-// PostgreSQL's numeric, behind every jsonb number, holds at most 131,072
-// digits before the decimal point and 16,383 after it.
-const (
-	maxNumericIntegerDigits  = 131072
-	maxNumericFractionDigits = 16383
-)
-
-// checkNumber reads the JSON number starting at b[start] and reports where
-// it ends and whether numeric can hold it: the digits before the point are
-// the integer digits plus the exponent, those after it the fraction digits
-// minus the exponent (what PostgreSQL's own parser computes).
-func checkNumber(b []byte, start int) (end int, problem string) {
-	i := start
-	if b[i] == '-' {
-		i++
-	}
-	intStart := i
-	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-		i++
-	}
-	intDigits := i - intStart
-	fracDigits := 0
-	if i < len(b) && b[i] == '.' {
-		i++
-		fracStart := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		fracDigits = i - fracStart
-	}
-	exp := 0
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		negative := false
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			negative = b[i] == '-'
-			i++
-		}
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			if exp < 10*maxNumericIntegerDigits { // saturate: beyond this it is out of range anyway
-				exp = exp*10 + int(b[i]-'0')
-			}
-			i++
-		}
-		if negative {
-			exp = -exp
-		}
-	}
-	if intDigits+exp > maxNumericIntegerDigits || fracDigits-exp > maxNumericFractionDigits {
-		return i, fmt.Sprintf("has the number %s, beyond what PostgreSQL's numeric (and so jsonb) can hold", abbreviate(b[start:i]))
-	}
-	return i, ""
-}
-
-func abbreviate(b []byte) string {
-	if len(b) <= 24 {
-		return string(b)
-	}
-	return string(b[:12]) + "…" + string(b[len(b)-8:])
-}
-
-func hexValue(h []byte) rune {
-	var v rune
-	for _, c := range h {
-		v <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			v |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			v |= rune(c-'a') + 10
-		case c >= 'A' && c <= 'F':
-			v |= rune(c-'A') + 10
-		}
-	}
-	return v
+// maxTextBytes is the longest JSON text parsed for a limit of maxPayload
+// stored bytes (outbox.enqueue_batch's bound).
+func maxTextBytes(maxPayload int) int {
+	return min(8*maxPayload, 1<<30-1)
 }
 
 func firstNonSpace(b []byte) byte {

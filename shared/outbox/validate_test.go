@@ -50,6 +50,15 @@ func TestValidateRejectsEachBadField(t *testing.T) {
 		{"number too large for numeric", func(m *Message) { m.Payload = []byte(`{"a":1e1000000}`) }, "payload", "beyond what PostgreSQL's numeric"},
 		{"number one digit past numeric", func(m *Message) { m.Payload = []byte(`[1e131072]`) }, "payload", "numeric"},
 		{"fraction too long for numeric", func(m *Message) { m.Payload = []byte(`[0.1e-16383]`) }, "payload", "numeric"},
+		{"number stored as 131,072 digits", func(m *Message) { m.Payload = []byte(`[1e131071]`) }, "payload", "beyond ±1e1000"},
+		{"number stored as over a thousand digits", func(m *Message) { m.Payload = []byte(`[1e1000]`) }, "payload", "beyond ±1e1000"},
+		{"number nearer to zero than 1e-1000", func(m *Message) { m.Payload = []byte(`[-1.5e-1001]`) }, "payload", "nearer to zero"},
+		{"payload nested 10,001 deep", func(m *Message) {
+			m.Payload = []byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001))
+		}, "payload", "more than 10000 deep"},
+		{"payload short, long as stored", func(m *Message) {
+			m.Payload = []byte("[" + strings.Repeat("1e999,", 300) + "1]")
+		}, "payload", "as stored, over the limit of 262144"},
 		{"available_at beyond year 9999", func(m *Message) { m.AvailableAt = time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC) }, "available_at", "between the years 1 and 9999"},
 		{"available_at far past pgx's range", func(m *Message) { m.AvailableAt = time.Unix(1<<62, 0) }, "available_at", "between the years"},
 	}
@@ -78,7 +87,8 @@ func TestValidateAccepts(t *testing.T) {
 	ok := []Message{
 		{Namespace: "mini-chat", Topic: "usage_snapshot", Payload: []byte(`{"a":1}`)},
 		{Namespace: "a", Topic: "b.c:d/e-f", Payload: []byte("  [1,2,3]")},
-		{Namespace: "n", Topic: "t", Payload: []byte(`{"edge":[1e131071, 0.1e-16382, 123.5e131069, -7, 0.5, "1e999999 in a string"]}`)},
+		{Namespace: "n", Topic: "t", Payload: []byte(`{"edge":[9.99e999, 1e-1000, -7, 0.5, "1e999999 in a string"]}`)},
+		{Namespace: "n", Topic: "t", Payload: []byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000))},
 		{Namespace: "n", Topic: "t", Payload: []byte(`{"emoji":"\ud83d\ude00","escaped":"\\u0000 is text here"}`),
 			TenantID: "t-1", DedupeKey: "t-1/turn/req", OrderingKey: "user-42",
 			Headers: map[string]string{"x-request-id": "abc", "Priority": "high"}, TraceHeader: "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"},
@@ -94,7 +104,7 @@ func TestCustomPayloadCap(t *testing.T) {
 	t.Parallel()
 	p := Producer{Limits: Limits{MaxPayloadBytes: 10}}
 	err := p.limits().validate(Message{Namespace: "n", Topic: "t", Payload: []byte(`{"a":"0123456789"}`)}, 2)
-	if err == nil || !strings.Contains(err.Error(), "invalid message 2: payload is 18 bytes, over the limit of 10") {
+	if err == nil || !strings.Contains(err.Error(), "invalid message 2: payload is 19 bytes as stored, over the limit of 10") {
 		t.Fatalf("err = %v", err)
 	}
 }

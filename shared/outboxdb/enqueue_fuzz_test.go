@@ -58,6 +58,8 @@ func FuzzEnqueue(f *testing.F) {
 		{"n", "t", `{}`, "", "", "", "Content-Type", "text/plain", "", 0, 0, 0},
 		{"n", "t", `{}`, "", "", "", "x-ok", "bad\r\nvalue", "", 0, 0, 0},
 		{"n", "t", `{}`, "", "", "", "", "", "Root=1 2", 0, 0, 0},
+		{"n", "t", `[1e131071]`, "", "", "", "", "", "", 0, 1, 0},
+		{"n", "t", `{"a":1e999,"a":[1.50e1, -0e-3, "é\/"]}`, "", "", "", "", "", "", 0, 0, 0},
 		{"n", "t", `{"big":1e400}`, "", "", "", "", "", "", 0, 0, 0},
 		{"n", "t", `{}`, "", "", "", "", "", "", 9_400_000_000_000, 0, 0},   // year ~300000
 		{"n", "t", `{}`, "", "", "", "", "", "", 1 << 62, 1, 0},             // beyond int64 microseconds
@@ -233,12 +235,13 @@ func checkStored(ctx context.Context, t *testing.T, tx pgx.Tx, r outbox.Enqueued
 		tenant, dedupe, ordering, trace     *string
 		headers                             map[string]string
 		payloadMatches                      bool
+		payloadBytes                        int
 		availableAt, createdAt, nextAttempt time.Time
 	)
 	err := tx.QueryRow(ctx, `SELECT namespace, topic, tenant_id, dedupe_key, ordering_key, trace_header, headers,
-			payload = $2::jsonb, available_at, created_at, next_attempt_at
+			payload = $2::jsonb, payload_bytes, available_at, created_at, next_attempt_at
 		FROM outbox.pending WHERE id = $1`, r.ID, string(m.Payload)).
-		Scan(&ns, &topic, &tenant, &dedupe, &ordering, &trace, &headers, &payloadMatches, &availableAt, &createdAt, &nextAttempt)
+		Scan(&ns, &topic, &tenant, &dedupe, &ordering, &trace, &headers, &payloadMatches, &payloadBytes, &availableAt, &createdAt, &nextAttempt)
 	if err != nil {
 		t.Fatalf("read back %s: %v", r.ID, err)
 	}
@@ -256,6 +259,10 @@ func checkStored(ctx context.Context, t *testing.T, tx pgx.Tx, r outbox.Enqueued
 		deref(ordering) != m.OrderingKey || deref(trace) != m.TraceHeader || !maps.Equal(headers, wantHeaders) || !payloadMatches {
 		t.Fatalf("stored %q %q %q %q %q %q %v (payload equal: %v), enqueued %+v", ns, topic, deref(tenant), deref(dedupe),
 			deref(ordering), deref(trace), headers, payloadMatches, m)
+	}
+	// The size recorded is the size as stored, as the producer measured it.
+	if want, err := outbox.StoredSize(m.Payload); err != nil || payloadBytes != want {
+		t.Fatalf("payload_bytes %d, the producer's StoredSize %d (%v), for %s", payloadBytes, want, err, m.Payload)
 	}
 	// A message is never due before it is created, nor before it asked.
 	if availableAt.Before(createdAt) || !nextAttempt.Equal(availableAt) ||
