@@ -282,12 +282,17 @@ INSERT INTO outbox.sequence_floor DEFAULT VALUES;
 -- that change gets a serialisation failure at commit instead of queueing its
 -- message behind a head that is gone.
 CREATE TABLE outbox.keys (
-    namespace    text        NOT NULL,
-    ordering_key text        NOT NULL,
-    settled_at   timestamptz NOT NULL DEFAULT now(),
+    namespace       text        NOT NULL,
+    ordering_key    text        NOT NULL,
+    settled_at      timestamptz NOT NULL DEFAULT now(),
+    -- No message of the key below this sequence id is pending: where a
+    -- settle starts looking for the key's next head, so that it never
+    -- steps over the index entries of what the key has delivered.
+    low_sequence_id bigint      NOT NULL DEFAULT 0,
     CONSTRAINT keys_pkey PRIMARY KEY (namespace, ordering_key)
 );
 COMMENT ON TABLE outbox.keys IS 'One row per ordering key with messages: locked by whoever changes the key''s head.';
+COMMENT ON COLUMN outbox.keys.low_sequence_id IS 'No pending message of the key has a lower sequence id: raised by settles, lowered by a replay.';
 
 -- A row is a debt; a key may owe several. Rows are never updated, so
 -- recording a debt never waits for anyone.

@@ -75,6 +75,15 @@ BEGIN
                EXISTS (SELECT 1 FROM outbox.paused z WHERE z.namespace = m.namespace AND z.topic IN (m.topic, '*'))
         FROM moved m
     ),
+    -- A replayed message may go below where its key's next head is looked
+    -- for (outbox.keys.low_sequence_id); the key's lock is held.
+    lowered AS (
+        UPDATE outbox.keys k SET low_sequence_id = x.seq
+        FROM (SELECT m.namespace, m.ordering_key, min(m.sequence_id) AS seq
+              FROM moved m WHERE m.ordering_key IS NOT NULL
+              GROUP BY m.namespace, m.ordering_key) x
+        WHERE k.namespace = x.namespace AND k.ordering_key = x.ordering_key AND k.low_sequence_id > x.seq
+    ),
     audited AS (
         INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic, tenant_id, dedupe_key,
                                      ordering_key, sequence_id, error_code, error_message, operator, reason,

@@ -25,6 +25,7 @@ AS $$
 DECLARE
     v_ns      text[];
     v_ok      text[];
+    v_low     bigint[];
     v_missed  integer := 0;
     v_head    uuid[];
     v_want    uuid[];
@@ -53,17 +54,19 @@ BEGIN
         SELECT DISTINCT k.ns, k.ok FROM unnest(p_namespaces, p_keys) AS k(ns, ok) ORDER BY 1, 2
         ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
         SELECT array_agg(x.namespace ORDER BY x.namespace, x.ordering_key),
-               array_agg(x.ordering_key ORDER BY x.namespace, x.ordering_key)
-          INTO v_ns, v_ok
-          FROM (SELECT k.namespace, k.ordering_key FROM outbox.keys k
+               array_agg(x.ordering_key ORDER BY x.namespace, x.ordering_key),
+               array_agg(x.low_sequence_id ORDER BY x.namespace, x.ordering_key)
+          INTO v_ns, v_ok, v_low
+          FROM (SELECT k.namespace, k.ordering_key, k.low_sequence_id FROM outbox.keys k
                 WHERE (k.namespace, k.ordering_key) IN (SELECT * FROM unnest(p_namespaces, p_keys))
                 ORDER BY 1, 2
                 FOR UPDATE) x;
     ELSE
         SELECT array_agg(x.namespace ORDER BY x.namespace, x.ordering_key),
-               array_agg(x.ordering_key ORDER BY x.namespace, x.ordering_key)
-          INTO v_ns, v_ok
-          FROM (SELECT k.namespace, k.ordering_key FROM outbox.keys k
+               array_agg(x.ordering_key ORDER BY x.namespace, x.ordering_key),
+               array_agg(x.low_sequence_id ORDER BY x.namespace, x.ordering_key)
+          INTO v_ns, v_ok, v_low
+          FROM (SELECT k.namespace, k.ordering_key, k.low_sequence_id FROM outbox.keys k
                 WHERE (k.namespace, k.ordering_key) IN (SELECT * FROM unnest(p_namespaces, p_keys))
                 ORDER BY 1, 2
                 FOR UPDATE SKIP LOCKED) x;
@@ -82,20 +85,31 @@ BEGIN
     -- 2. With the locks held, a new statement sees every committed change to
     --    these keys: find each key's head and the message that should be
     --    its head (none while the key is parked; the head itself while a
-    --    claim holds it).
+    --    claim holds it): the key's lowest pending message, looked for from
+    --    the key's low_sequence_id up, and that sequence id raised to it.
     SELECT array_agg(s.head ORDER BY s.i), array_agg(s.want ORDER BY s.i),
-           bool_or(s.want IS DISTINCT FROM s.head), bool_or(s.want IS NULL)
-      INTO v_head, v_want, v_change, v_headless
+           bool_or(s.want IS DISTINCT FROM s.head), bool_or(s.want IS NULL),
+           array_agg(s.next_low ORDER BY s.i)
+      INTO v_head, v_want, v_change, v_headless, v_low
       FROM (SELECT k.i, h.id AS head,
-                   CASE WHEN EXISTS (SELECT 1 FROM outbox.dead d
-                                     WHERE d.namespace = k.ns AND d.ordering_key = k.ok AND d.holds_key) THEN NULL
+                   CASE WHEN k.parked THEN NULL
                         WHEN h.lease_token IS NOT NULL THEN h.id
-                        ELSE (SELECT p.id FROM outbox.pending p
-                              WHERE p.namespace = k.ns AND p.ordering_key = k.ok
-                              ORDER BY p.sequence_id LIMIT 1)
-                   END AS want
-            FROM unnest(v_ns, v_ok) WITH ORDINALITY AS k(ns, ok, i)
+                        ELSE n.id
+                   END AS want,
+                   -- Raised only to a lowest message found: below a head in
+                   -- flight, a replayed message may wait.
+                   CASE WHEN k.parked OR h.lease_token IS NOT NULL THEN k.low
+                        ELSE greatest(k.low, n.sequence_id)
+                   END AS next_low
+            FROM (SELECT k.*, EXISTS (SELECT 1 FROM outbox.dead d
+                                      WHERE d.namespace = k.ns AND d.ordering_key = k.ok AND d.holds_key) AS parked
+                  FROM unnest(v_ns, v_ok, v_low) WITH ORDINALITY AS k(ns, ok, low, i)) k
             LEFT JOIN outbox.pending h ON h.namespace = k.ns AND h.ordering_key = k.ok AND NOT h.behind
+            LEFT JOIN LATERAL (
+                SELECT p.id, p.sequence_id FROM outbox.pending p
+                WHERE NOT k.parked AND h.lease_token IS NULL
+                  AND p.namespace = k.ns AND p.ordering_key = k.ok AND p.sequence_id >= k.low
+                ORDER BY p.sequence_id LIMIT 1) n ON true
             -- Each key's want computed once: flattened, the subquery's CASE
             -- would be evaluated again for every aggregate that reads it
             -- (three times, each scanning the key's messages just deleted).
@@ -119,6 +133,11 @@ BEGIN
         WHERE p.id = x.want AND x.want IS DISTINCT FROM x.head
           AND (x.head IS NULL OR x.head = ANY (v_demoted));
     END IF;
+
+    -- The keys whose low sequence id moved up (their old heads left).
+    UPDATE outbox.keys k SET low_sequence_id = x.low
+    FROM unnest(v_ns, v_ok, v_low) AS x(ns, ok, low)
+    WHERE k.namespace = x.ns AND k.ordering_key = x.ok AND k.low_sequence_id < x.low;
 
     -- 4. A key left without a head: mark the change for producers at
     --    REPEATABLE READ (see outbox.keys).
