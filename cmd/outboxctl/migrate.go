@@ -36,10 +36,11 @@ versions are recorded in public.outbox_schema_migrations; an advisory lock
 serialises concurrent migrators. Applying twice is a no-op.
 
 Rolling back migration 1 drops schema outbox with every pending message,
-dead letter and archived attempt in it. So while the outbox holds messages
-(pending or dead), migrate down lists what it would roll back and how many
-messages and attempts are there, and refuses (exit 2) unless --yes is given.
-An empty outbox is rolled back without asking.`,
+dead letter and archived attempt in it, and the pauses in force and the
+producers' namespace confinements with them. So while the outbox holds any
+of those, migrate down lists what it would roll back and what would be lost,
+and refuses (exit 2) unless --yes is given. An empty outbox is rolled back
+without asking.`,
 		Example: `  outboxctl migrate up
   outboxctl migrate status --database-url postgres://admin@db:5432/app
   outboxctl migrate down                # roll back the latest migration
@@ -80,10 +81,11 @@ An empty outbox is rolled back without asking.`,
 		Long: `Roll back the latest applied migration, or with --to every applied one above
 that version (--to 0 removes the outbox: schema outbox and its data).
 
-While the outbox holds messages (rows in outbox.pending or outbox.dead), it
-prints how many pending messages, dead letters and archived attempts there
-are and the migrations it would roll back, and refuses with exit status 2
-unless --yes is given. An empty outbox is rolled back without asking.`,
+While the outbox holds messages (rows in outbox.pending or outbox.dead),
+pauses in force or confined producers, it prints them (with the archived
+attempts) and the migrations it would roll back, and refuses with exit
+status 2 unless --yes is given. An empty outbox is rolled back without
+asking.`,
 		Example: `  outboxctl migrate down                # the latest migration
   outboxctl migrate down --to 0         # remove the outbox, if it holds no messages
   outboxctl migrate down --to 0 --yes   # remove it with its messages`,
@@ -295,8 +297,31 @@ func printApplied(w io.Writer, applied []migrations.Result) {
 // the whole of a deep backlog.
 const countTimeout = time.Minute
 
-// outboxCounts is what a rollback of schema outbox would drop.
-type outboxCounts struct{ pending, dead, attempts int64 }
+// outboxCounts is what a rollback of schema outbox would drop: messages,
+// the archive, and the operators' state that holds messages back or
+// confines producers (pauses in force, confined producer roles).
+type outboxCounts struct {
+	pending, dead, attempts, confined int64
+	pauses                            []string
+}
+
+// held says what a rollback would lose that someone relies on, or "".
+func (n outboxCounts) held() string {
+	var parts []string
+	if n.pending > 0 || n.dead > 0 {
+		parts = append(parts, fmt.Sprintf("%s pending message%s, %s dead letter%s and %s archived attempt%s",
+			count(n.pending), plural(int(n.pending)), count(n.dead), plural(int(n.dead)), count(n.attempts), plural(int(n.attempts))))
+	}
+	if len(n.pauses) > 0 {
+		parts = append(parts, fmt.Sprintf("%d pause%s in force (%s): their messages would be claimed once the schema is back",
+			len(n.pauses), plural(len(n.pauses)), strings.Join(n.pauses, ", ")))
+	}
+	if n.confined > 0 {
+		parts = append(parts, fmt.Sprintf("%d confined producer role%s: they could enqueue into any namespace once the schema is back",
+			n.confined, plural(int(n.confined))))
+	}
+	return strings.Join(parts, "; ")
+}
 
 // refuseWhileMessagesWait is migrate down's confirmation: when the
 // rollback would touch an outbox that holds pending messages or dead
@@ -311,17 +336,16 @@ func refuseWhileMessagesWait(ctx context.Context, w io.Writer, m *migrations.Mig
 	if err != nil {
 		return err
 	}
-	if n.pending == 0 && n.dead == 0 {
+	held := n.held()
+	if held == "" {
 		return nil
 	}
-	held := fmt.Sprintf("%s pending message%s, %s dead letter%s and %s archived attempt%s",
-		count(n.pending), plural(int(n.pending)), count(n.dead), plural(int(n.dead)), count(n.attempts), plural(int(n.attempts)))
 	fmt.Fprintf(w, "the outbox holds %s\n", held)
 	fmt.Fprintln(w, "migrate down would roll back:")
 	for _, s := range plan {
 		note := ""
 		if s.Version == 1 {
-			note = "  (drops schema outbox, and the messages with it)"
+			note = "  (drops schema outbox, with its messages, pauses and namespace grants)"
 		}
 		fmt.Fprintf(w, "  %s%s\n", s.Source, note)
 	}
@@ -350,26 +374,51 @@ func rollbackPlan(ctx context.Context, m *migrations.Migrator, target int64) ([]
 	return plan, nil
 }
 
-// countOutbox counts the messages and archived attempts in schema outbox
-// (none if there is no such schema), on the migrator's database.
+// countOutbox counts the messages, archived attempts, pauses in force and
+// confined producer roles in schema outbox (none if there is no such
+// schema), on the migrator's database.
 func countOutbox(ctx context.Context, db *sql.DB) (outboxCounts, error) {
 	ctx, cancel := context.WithTimeout(ctx, countTimeout)
 	defer cancel()
 	var n outboxCounts
+	exists := func(table string) (bool, error) {
+		var ok bool
+		err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok)
+		return ok, err
+	}
 	for _, c := range []struct {
 		table string
 		into  *int64
-	}{{"outbox.pending", &n.pending}, {"outbox.dead", &n.dead}, {"outbox.attempts", &n.attempts}} {
-		var exists bool
-		if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, c.table).Scan(&exists); err != nil {
+	}{{"outbox.pending", &n.pending}, {"outbox.dead", &n.dead}, {"outbox.attempts", &n.attempts}, {"outbox.confined_producers", &n.confined}} {
+		ok, err := exists(c.table)
+		if err != nil {
 			return outboxCounts{}, fmt.Errorf("count the outbox's messages: %w", err)
 		}
-		if !exists {
+		if !ok {
 			continue
 		}
 		// c.table is one of the constants above, never input.
 		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+c.table).Scan(c.into); err != nil {
 			return outboxCounts{}, fmt.Errorf("count %s: %w", c.table, err)
+		}
+	}
+	if ok, err := exists("outbox.paused"); err != nil {
+		return outboxCounts{}, fmt.Errorf("list the pauses: %w", err)
+	} else if ok {
+		rows, err := db.QueryContext(ctx, `SELECT namespace || '/' || topic FROM outbox.paused ORDER BY 1`)
+		if err != nil {
+			return outboxCounts{}, fmt.Errorf("list the pauses: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p string
+			if err := rows.Scan(&p); err != nil {
+				return outboxCounts{}, fmt.Errorf("list the pauses: %w", err)
+			}
+			n.pauses = append(n.pauses, p)
+		}
+		if err := rows.Err(); err != nil {
+			return outboxCounts{}, fmt.Errorf("list the pauses: %w", err)
 		}
 	}
 	return n, nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -95,4 +96,37 @@ func TestMigrateDownOfAnEmptyOutboxNeedsNoConfirmation(t *testing.T) {
 	// Without schema outbox there is nothing to count, nor to roll back.
 	cli(t, env, "migrate", "down", "--to", "0").wantOK(t, "migrate down --to 0, again", "nothing to roll back")
 	cli(t, env, "migrate", "down").wantOK(t, "migrate down, with nothing applied", "nothing to roll back")
+}
+
+// A pause in force holds messages back, and a confinement keeps a producer
+// out of other teams' namespaces: a rollback that would drop them, with no
+// message in the outbox, is refused all the same and names them.
+func TestMigrateDownRefusesWhilePausesOrConfinementsHold(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	ctx := context.Background()
+	if _, err := d.Pool.Exec(ctx, `SELECT outbox.pause('shop', 'refunds.B', 'ana', 'refund backlog on hold')`); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, env, "migrate", "down", "--to", "0")
+	r.wantError(t, "migrate down --to 0 with a pause in force", 2, "pass --yes")
+	for _, want := range []string{"1 pause in force", "shop/refunds.B", "00001_baseline.sql"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, r.out)
+		}
+	}
+	allApplied(t, env, "a refused migrate down with a pause in force")
+
+	if _, err := d.Pool.Exec(ctx, `SELECT outbox.resume('shop', 'refunds.B', 'ana', 'done')`); err != nil {
+		t.Fatal(err)
+	}
+	producerURL := d.LoginAs(t, "outbox_producer") // a role of its own, dropped with the test
+	role := strings.SplitN(strings.TrimPrefix(producerURL, "postgres://"), "@", 2)[0]
+	if _, err := d.Pool.Exec(ctx, `SELECT outbox.grant_namespace($1, 'reporting', 'ana', 'onboarding')`, role); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, env, "migrate", "down", "--to", "0")
+	r.wantError(t, "migrate down --to 0 with a confined producer", 2, "1 confined producer role")
+	allApplied(t, env, "a refused migrate down with a confined producer")
 }
