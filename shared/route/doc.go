@@ -21,14 +21,13 @@
 // Source.
 // Text whose first
 // character (after white space) is { or [ is read as JSON; anything else as
-// YAML, which is converted to JSON (sigs.k8s.io/yaml) and then decoded by
-// the same strict JSON decoder. A configuration is at most 4 MiB
-// (MaxConfigBytes), nested at most 100 levels deep, and a YAML file holds
-// one document.
+// YAML 1.2 (as editors' YAML language server reads it), which is converted
+// to JSON and then decoded by the same strict JSON decoder. A configuration
+// is at most 4 MiB (MaxConfigBytes), nested at most 100 levels deep, and a
+// YAML file holds one document.
 //
 // In YAML, quote "*": a bare * starts an alias. Quote names that YAML would
-// read as something else: yes, no, on, off, true, false, null and numbers
-// ("2024"). An explicit null, an empty string or false is the same as an
+// read as something else: true, false, null and numbers ("2024"). An explicit null, an empty string or false is the same as an
 // absent field (but in a payload schema or a header value).
 //
 // # Matching

@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	goyaml "go.yaml.in/yaml/v2"
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
@@ -41,7 +41,7 @@ func (o Options) attemptCeiling() int {
 }
 
 // Parse reads, validates and indexes a configuration, JSON or YAML. YAML is
-// converted to JSON first (sigs.k8s.io/yaml); the JSON is validated against
+// converted to JSON first; the JSON is validated against
 // the routes schema (routes.schema.json), decoded by encoding/json, and
 // given the few checks a schema cannot express. The whole configuration is
 // checked; the error is a *ConfigError listing every problem.
@@ -98,17 +98,48 @@ func toJSON(data []byte) (out []byte, fromYAML bool, err error) {
 		}
 		return trimmed, false, nil
 	}
-	out, err = yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, true, fmt.Errorf("not valid YAML: %v%s", err, yamlAliasHint(data))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var root yaml.Node
+	var v any
+	if err = dec.Decode(&root); err == nil {
+		keepAsWritten(&root)
+		err = root.Decode(&v) // reports duplicate keys, with their lines
 	}
-	if n := yamlDocuments(data); n > 1 {
-		return nil, true, fmt.Errorf("the YAML holds %d documents (separated by ---); put every route in one document", n)
+	docs := 1
+	for ; err == nil; docs++ {
+		if err = dec.Decode(new(yaml.Node)); errors.Is(err, io.EOF) {
+			err = nil
+			break
+		}
 	}
-	if bytes.Equal(out, []byte("null")) {
+	switch {
+	case errors.Is(err, io.EOF) || (err == nil && v == nil):
 		return nil, true, errors.New("the configuration is empty")
+	case err != nil:
+		return nil, true, fmt.Errorf("not valid YAML: %v%s", err, yamlAliasHint(data))
+	case docs > 1:
+		// Decoding only the first would drop every route after a ---.
+		return nil, true, fmt.Errorf("the YAML holds %d documents (separated by ---); put every route in one document", docs)
+	}
+	if out, err = json.Marshal(v); err != nil {
+		return nil, true, fmt.Errorf("not valid as JSON: %v", err) // .inf, .nan
 	}
 	return out, true, nil
+}
+
+// keepAsWritten makes YAML read as its JSON would: an unquoted timestamp
+// stays the string written (a header such as Api-Version: 2024-06-20 is not
+// a time), and a mapping key is a string.
+func keepAsWritten(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!timestamp" {
+		n.Tag = "!!str"
+	}
+	for i, c := range n.Content {
+		if n.Kind == yaml.MappingNode && i%2 == 0 && c.Kind == yaml.ScalarNode && c.ShortTag() != "!!merge" {
+			c.Tag = "!!str"
+		}
+		keepAsWritten(c)
+	}
 }
 
 // describeJSONError locates a JSON syntax error by line and column.
@@ -132,20 +163,6 @@ func describeJSONError(data []byte) string {
 		}
 	}
 	return fmt.Sprintf("%v (line %d, column %d)", syn, line, col)
-}
-
-// yamlDocuments counts the documents in a YAML stream: yaml.Unmarshal
-// silently reads only the first, which would drop every route after a ---.
-func yamlDocuments(data []byte) int {
-	dec := goyaml.NewDecoder(bytes.NewReader(data))
-	n := 0
-	for {
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return n
-		}
-		n++
-	}
 }
 
 var bareAsterisk = regexp.MustCompile(`(?m)^[^#\n]*(:|-)[ \t]+\*[ \t]*(#.*)?$`)

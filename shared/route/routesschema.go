@@ -379,9 +379,9 @@ func yamlHint(fromYAML bool, want []string, v any) string {
 	}
 	switch v.(type) {
 	case bool, json.Number:
-		return `; YAML reads unquoted yes, no, on, off, true, false and numbers as such: quote the value`
+		return "; YAML reads unquoted true, false and numbers as such: quote the value"
 	case map[string]any:
-		return `; in YAML a value that starts with { is a mapping: quote it`
+		return "; in YAML a value that starts with { is a mapping: quote it"
 	}
 	return ""
 }
