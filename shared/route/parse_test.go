@@ -518,7 +518,7 @@ func TestParseReadsYAMLAsWritten(t *testing.T) {
 	}
 }
 
-// The example of the brief and of doc.go, as JSON and as YAML.
+// The example routing table, one route of each target type, as JSON and as YAML.
 func TestParseJSONAndYAMLGiveEqualTables(t *testing.T) {
 	t.Parallel()
 	fromJSON := parseFile(t, "testdata/example.json")
