@@ -223,14 +223,6 @@ func (s *routesSchema) explain(e *jsonschema.ValidationError, doc any, fromYAML 
 			}
 			report(joinPath(field, name), rank, true, "%s", msg)
 		}
-	case *kind.Enum:
-		report(field, 2, scalar, "must be %s%s", alternatives(k.Want), got(field, value))
-	case *kind.Minimum:
-		report(field, 2, scalar, "must be at least %s%s", k.Want.RatString(), got(field, value))
-	case *kind.Maximum:
-		report(field, 2, scalar, "must be at most %s%s", k.Want.RatString(), got(field, value))
-	case *kind.Pattern:
-		report(field, 2, scalar, "must match the pattern %s%s", k.Want, got(field, value))
 	default:
 		// The library's own message may quote the value.
 		msg := "breaks the rule " + pointer(e.ErrorKind.KeywordPath())
@@ -384,19 +376,6 @@ func yamlHint(fromYAML bool, want []string, v any) string {
 		return "; in YAML a value that starts with { is a mapping: quote it"
 	}
 	return ""
-}
-
-// alternatives lists an enum: "skip" or "park".
-func alternatives(values []any) string {
-	quoted := make([]string, len(values))
-	for i, v := range values {
-		b, _ := json.Marshal(v)
-		quoted[i] = string(b)
-	}
-	if len(quoted) < 2 {
-		return strings.Join(quoted, "")
-	}
-	return strings.Join(quoted[:len(quoted)-1], ", ") + " or " + quoted[len(quoted)-1]
 }
 
 func truncateQuoted(s string) string {
