@@ -2,6 +2,7 @@ package route
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,11 +70,9 @@ func (t *Table) Match(namespace, topic string) *Route {
 // Targets returns the distinct targets of the table (by Key), in the order
 // of the first route that uses each: build one publisher per target.
 func (t *Table) Targets() []Target {
-	seen := make(map[string]bool, len(t.Routes))
 	var out []Target
 	for _, r := range t.Routes {
-		if k := r.Target.Key(); !seen[k] {
-			seen[k] = true
+		if !slices.ContainsFunc(out, func(o Target) bool { return o.Key() == r.Target.Key() }) {
 			out = append(out, r.Target)
 		}
 	}
@@ -272,30 +271,5 @@ const (
 // or detail-type template. Parse has checked that a route's templates hold
 // no other placeholder.
 func ExpandTemplate(template, namespace, topic string) string {
-	if !strings.Contains(template, "{") {
-		return template
-	}
-	var b strings.Builder
-	b.Grow(len(template) + len(namespace) + len(topic))
-	for rest := template; rest != ""; {
-		i := strings.IndexByte(rest, '{')
-		if i < 0 {
-			b.WriteString(rest)
-			break
-		}
-		b.WriteString(rest[:i])
-		rest = rest[i:]
-		switch {
-		case strings.HasPrefix(rest, PlaceholderNamespace):
-			b.WriteString(namespace)
-			rest = rest[len(PlaceholderNamespace):]
-		case strings.HasPrefix(rest, PlaceholderTopic):
-			b.WriteString(topic)
-			rest = rest[len(PlaceholderTopic):]
-		default:
-			b.WriteByte('{')
-			rest = rest[1:]
-		}
-	}
-	return b.String()
+	return strings.NewReplacer(PlaceholderNamespace, namespace, PlaceholderTopic, topic).Replace(template)
 }
