@@ -22,14 +22,12 @@
 // above 5m, EventBridge templates that expand too long or into "aws." for
 // the route's names, a webhook URL's scheme, host, credentials and query,
 // reserved, secret-looking or case-duplicated headers, and a payload schema
-// that does not compile. The error, a *ConfigError, lists every problem at
-// its field path, and suggests the name meant for an unknown field (see
-// the example of ConfigError).
+// that does not compile. A *ConfigError lists every problem at its field
+// path, suggesting the name meant for an unknown field.
 //
 // Secrets are referenced (signing_secret_env, signing_secret_arn), never
 // inline: a field, header or query parameter named like a secret is an
 // error, and a value that may hold one (a URL, a header) is never quoted.
 // Routes whose targets are equal in every field share one publisher
-// (Target.Key). Route.CheckPayload validates a payload against the route's
-// schema.
+// (Target.Key).
 package route

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -43,7 +44,7 @@ func reference(t testing.TB) []fieldDoc {
 	var out []fieldDoc
 	var walk func(owner, prefix string)
 	walk = func(owner, prefix string) {
-		def := s.node("#" + owner)
+		def := schemaNode(owner)
 		props, _ := def["properties"].(map[string]any)
 		for _, name := range s.order[owner] {
 			node, _ := props[name].(map[string]any)
@@ -58,14 +59,14 @@ func reference(t testing.TB) []fieldDoc {
 			if owner == "/$defs/target" {
 				var owners []string
 				for _, typ := range targetTypes() {
-					if slices.Contains(s.targetFields(typ), name) {
+					if slices.Contains(s.order["/$defs/"+typ], name) {
 						owners = append(owners, typ)
 					}
 				}
 				if len(owners) < len(targetTypes()) {
 					f.Target = strings.Join(owners, ", ")
 					for _, typ := range owners {
-						f.Required = f.Required || slices.Contains(stringList(s.node("#/$defs/" + typ)["required"]), name)
+						f.Required = f.Required || slices.Contains(stringList(schemaNode("/$defs/" + typ)["required"]), name)
 					}
 				}
 			}
@@ -176,17 +177,25 @@ func TestEveryFieldIsDescribed(t *testing.T) {
 // Route names and match patterns follow the producer's rule on names.
 func TestSchemaNameRuleIsOutboxs(t *testing.T) {
 	t.Parallel()
-	if got, want := loadRoutesSchema().node("#/$defs/name")["pattern"], outbox.NamePattern.String(); got != want {
+	if got, want := schemaNode("/$defs/name")["pattern"], outbox.NamePattern.String(); got != want {
 		t.Errorf("the schema's name pattern is %q, outbox.NamePattern %q", got, want)
 	}
 }
 
 // decodedPaths lists the field paths of a decoding struct, as reference
-// writes them, with each field's Go type.
+// writes them, with each field's Go type. The fields of an embedded struct
+// (Route in routeConfig) are decoded as its own.
 func decodedPaths(t reflect.Type, prefix string, out map[string]reflect.Type) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case !f.IsExported() || name == "-":
+			continue
+		case f.Anonymous:
+			decodedPaths(f.Type, prefix, out)
+			continue
+		}
 		path := name
 		if prefix != "" {
 			path = prefix + "." + name
@@ -395,7 +404,7 @@ func TestREADMEReferenceMatchesTheSchema(t *testing.T) {
 // every non-negative duration.
 func TestSchemaDurationIsGos(t *testing.T) {
 	t.Parallel()
-	pattern := regexp.MustCompile(loadRoutesSchema().node("#/$defs/duration")["pattern"].(string))
+	pattern := regexp.MustCompile(schemaNode("/$defs/duration")["pattern"].(string))
 	for _, s := range []string{"0", "+0", "0s", "1h30m", "500ms", "1.5h", ".5s", "1.s", "+5s", "1us", "1µs", "1μs", "2h45m30.5s",
 		"", "5", "s", ".s", "1.5", "1 s", "1S", "1d", "soon", "1h-5m", "--1s", "1e3s", "0x10s", " 1s", "1s "} {
 		d, err := time.ParseDuration(s)
@@ -407,8 +416,33 @@ func TestSchemaDurationIsGos(t *testing.T) {
 
 // The schema as a test reads it.
 
+// schemaNode returns the object of the routes schema at a JSON Pointer
+// ("/$defs/route"), its numbers as written.
+func schemaNode(pointer string) map[string]any {
+	dec := json.NewDecoder(bytes.NewReader(routesSchemaJSON))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		panic(err) // Parse compiles the same schema
+	}
+	for _, tok := range strings.Split(pointer, "/")[1:] {
+		v = v.(map[string]any)[tok]
+	}
+	node, _ := v.(map[string]any)
+	return node
+}
+
+// targetTypes are the target types of the schema's enum.
 func targetTypes() []string {
-	return loadRoutesSchema().list("/$defs/target/properties/type", "enum")
+	return stringList(schemaNode("/$defs/target/properties/type")["enum"])
+}
+
+// The code's list of target types is the schema's.
+func TestTargetKindsAreTheSchemas(t *testing.T) {
+	t.Parallel()
+	if !slices.Equal(targetKinds, targetTypes()) {
+		t.Errorf("targetKinds = %v, the schema's enum %v", targetKinds, targetTypes())
+	}
 }
 
 // payloadMaxima are the largest max_payload_bytes by target type, from the
