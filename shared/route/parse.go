@@ -6,145 +6,124 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	goyaml "go.yaml.in/yaml/v2"
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
-// MaxConfigBytes caps the size of a configuration. A routing table is a few
-// kilobytes; anything near this is a mistake (a wrong file).
-const MaxConfigBytes = 4 << 20
+// MaxConfigBytes caps a configuration (a few kilobytes, and anything near
+// this a wrong file); maxDepth its nesting, schemas included, so that a
+// broken file cannot exhaust the stack.
+const MaxConfigBytes, maxDepth = 4 << 20, 100
 
-// maxDepth caps the nesting of a configuration, schemas included, so that a
-// hostile or broken file cannot exhaust the stack.
-const maxDepth = 100
-
-// Options are what a configuration is checked against that the
-// configuration itself does not say.
+// Options are what a configuration is checked against that it does not say.
 type Options struct {
-	// AttemptCeiling is the database's attempt ceiling, the largest
-	// retry.max_attempts a route may set; the store must be given the same
-	// value. Zero means outboxtype.DefaultAttemptCeiling.
+	// AttemptCeiling is the database's (the store is given the same), the
+	// largest retry.max_attempts; zero is outboxtype.DefaultAttemptCeiling.
 	AttemptCeiling int
 }
 
-func (o Options) attemptCeiling() int {
-	if o.AttemptCeiling > 0 {
-		return o.AttemptCeiling
-	}
-	return outboxtype.DefaultAttemptCeiling
-}
-
-// Parse reads, validates and indexes a configuration, JSON or YAML. YAML is
-// converted to JSON first (sigs.k8s.io/yaml); the JSON is validated against
-// the routes schema (routes.schema.json), decoded by encoding/json, and
-// given the few checks a schema cannot express. The whole configuration is
-// checked; the error is a *ConfigError listing every problem.
+// Parse reads, validates and indexes a configuration, JSON or YAML: the
+// routes schema validates it, and build makes the checks a schema cannot.
+// The error is a *ConfigError listing every problem.
 func Parse(data []byte, opts Options) (*Table, error) {
 	ps := &problems{}
-	if len(data) > MaxConfigBytes {
-		ps.reject("", "the configuration is %d bytes, over the limit of %d", len(data), MaxConfigBytes)
-		return nil, ps.err()
-	}
-	jsonData, fromYAML, err := toJSON(data)
-	if err == nil {
-		err = checkKeys(jsonData, ps)
-	}
+	text, fromYAML, err := jsonText(data)
 	var doc any
 	if err == nil {
-		doc, err = jsonschema.UnmarshalJSON(bytes.NewReader(jsonData))
+		doc, err = readJSON(text, ps)
 	}
 	if err != nil {
 		ps.reject("", "%s", err)
 		return nil, ps.err()
 	}
-	dropAbsent(doc, 0, false)
 	checkSchema(doc, fromYAML, ps)
-
-	// Decoded as validated: without the members that stand for absent ones.
+	// Decoded from the validated values, encoded compact with sorted keys: a
+	// route's Schema is canonical (a "<" in a pattern left as written).
+	var cleaned bytes.Buffer
+	enc := json.NewEncoder(&cleaned)
+	enc.SetEscapeHTML(false)
 	var cfg fileConfig
-	cleaned, err := json.Marshal(doc)
-	if err == nil {
-		err = json.Unmarshal(cleaned, &cfg)
+	if err = enc.Encode(doc); err == nil {
+		err = json.Unmarshal(cleaned.Bytes(), &cfg)
 	}
 	if err != nil && len(ps.list) == 0 {
-		// The schema rejects whatever encoding/json would; this is a
-		// backstop should the two ever disagree.
-		ps.reject("", "%v", err)
+		ps.reject("", "%v", err) // a backstop, should the schema and encoding/json ever disagree
 	}
 	// encoding/json goes on decoding past a value of the wrong type, so cfg
 	// holds every field that was right: check those too.
-	table := build(&cfg, opts, ps)
+	table := build(&cfg, cmp.Or(max(opts.AttemptCeiling, 0), outboxtype.DefaultAttemptCeiling), ps)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
-	table.index()
 	return table, nil
 }
 
-// toJSON returns the configuration as JSON. Text that starts with { or [
-// is JSON and is used as it is (YAML 1.1 would accept some broken JSON, and
-// reject some valid JSON such as the escape \/); anything else is YAML.
-func toJSON(data []byte) (out []byte, fromYAML bool, err error) {
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[') {
-		if !json.Valid(trimmed) {
-			return nil, false, fmt.Errorf("not valid JSON: %s", describeJSONError(trimmed))
+// jsonText returns a configuration as JSON: text that starts with { or [
+// as it is (YAML would accept some broken JSON), anything else from YAML.
+func jsonText(data []byte) (text []byte, fromYAML bool, err error) {
+	if len(data) > MaxConfigBytes {
+		return nil, false, fmt.Errorf("the configuration is %d bytes, over the limit of %d", len(data), MaxConfigBytes)
+	}
+	if text = bytes.TrimSpace(data); len(text) > 0 && (text[0] == '{' || text[0] == '[') {
+		var syn *json.SyntaxError
+		if err = json.Unmarshal(text, new(any)); errors.As(err, &syn) {
+			// Offset counts the bytes read, the offending one included.
+			before := text[:max(0, min(int(syn.Offset)-1, len(text)))]
+			err = fmt.Errorf("%v (line %d, column %d)", err, bytes.Count(before, []byte("\n"))+1, len(before)-bytes.LastIndexByte(before, '\n'))
 		}
-		return trimmed, false, nil
+		if err != nil {
+			err = fmt.Errorf("not valid JSON: %v", err)
+		}
+		return text, false, err
 	}
-	out, err = yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, true, fmt.Errorf("not valid YAML: %v%s", err, yamlAliasHint(data))
-	}
-	if n := yamlDocuments(data); n > 1 {
-		return nil, true, fmt.Errorf("the YAML holds %d documents (separated by ---); put every route in one document", n)
-	}
-	if bytes.Equal(out, []byte("null")) {
-		return nil, true, errors.New("the configuration is empty")
-	}
-	return out, true, nil
-}
-
-// describeJSONError locates a JSON syntax error by line and column.
-func describeJSONError(data []byte) string {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var root yaml.Node
 	var v any
-	err := json.Unmarshal(data, &v)
-	var syn *json.SyntaxError
-	if !errors.As(err, &syn) {
-		if err == nil {
-			return "unknown error"
-		}
-		return err.Error()
+	if err = dec.Decode(&root); err == nil {
+		keepAsWritten(&root)
+		err = root.Decode(&v) // reports duplicate keys, with their lines
 	}
-	// Offset counts the bytes read, the offending one included.
-	line, col := 1, 1
-	for _, c := range data[:max(0, min(int(syn.Offset)-1, len(data)))] {
-		if c == '\n' {
-			line, col = line+1, 1
-		} else {
-			col++
+	docs := 1
+	for ; err == nil; docs++ {
+		if err = dec.Decode(new(yaml.Node)); errors.Is(err, io.EOF) {
+			err = nil
+			break
 		}
 	}
-	return fmt.Sprintf("%v (line %d, column %d)", syn, line, col)
+	switch {
+	case errors.Is(err, io.EOF) || (err == nil && v == nil):
+		return nil, true, errors.New("the configuration is empty")
+	case err != nil:
+		return nil, true, fmt.Errorf("not valid YAML: %v%s", err, yamlAliasHint(data))
+	case docs > 1:
+		// Decoding only the first would drop every route after a ---.
+		return nil, true, fmt.Errorf("the YAML holds %d documents (separated by ---); put every route in one document", docs)
+	}
+	if text, err = json.Marshal(v); err != nil {
+		return nil, true, fmt.Errorf("not valid as JSON: %v", err) // .inf, .nan
+	}
+	return text, true, nil
 }
 
-// yamlDocuments counts the documents in a YAML stream: yaml.Unmarshal
-// silently reads only the first, which would drop every route after a ---.
-func yamlDocuments(data []byte) int {
-	dec := goyaml.NewDecoder(bytes.NewReader(data))
-	n := 0
-	for {
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return n
+// keepAsWritten makes YAML read as its JSON would: an unquoted timestamp
+// stays the string written (a header such as Api-Version: 2024-06-20 is not
+// a time), and a mapping key is a string.
+func keepAsWritten(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!timestamp" {
+		n.Tag = "!!str"
+	}
+	for i, c := range n.Content {
+		if n.Kind == yaml.MappingNode && i%2 == 0 && c.Kind == yaml.ScalarNode && c.ShortTag() != "!!merge" {
+			c.Tag = "!!str"
 		}
-		n++
+		keepAsWritten(c)
 	}
 }
 
@@ -153,125 +132,190 @@ var bareAsterisk = regexp.MustCompile(`(?m)^[^#\n]*(:|-)[ \t]+\*[ \t]*(#.*)?$`)
 // yamlAliasHint explains the commonest YAML mistake in a route table: an
 // unquoted * is an alias in YAML, and the parser's error does not say where.
 func yamlAliasHint(data []byte) string {
-	loc := bareAsterisk.FindIndex(data)
-	if loc == nil {
-		return ""
+	if loc := bareAsterisk.FindIndex(data); loc != nil {
+		line := bytes.Count(data[:loc[0]], []byte("\n")) + 1
+		return fmt.Sprintf(`; line %d has an unquoted *, which YAML reads as an alias: write "*"`, line)
 	}
-	line := bytes.Count(data[:loc[0]], []byte("\n")) + 1
-	return fmt.Sprintf(`; line %d has an unquoted *, which YAML reads as an alias: write "*"`, line)
+	return ""
 }
 
-// checkKeys reads the JSON text for what is lost once it is decoded: a key
-// written twice (the decoder keeps the second value silently) is reported
-// at its path, and nesting deeper than maxDepth is an error.
-func checkKeys(data []byte, ps *problems) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var walk func(path string, depth int) error
-	walk = func(path string, depth int) error {
+// readJSON decodes JSON into what JSON Schema validates (json.Number for
+// numbers), reporting what decoding loses: a key written twice (the second
+// value would silently win), nesting deeper than maxDepth. It drops the
+// members that stand for an absent field: null, "" and false (templates
+// write them), but in a payload schema ("const": null) and a header value.
+func readJSON(text []byte, ps *problems) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(text))
+	dec.UseNumber()
+	var read func(path string, depth int, raw, headers bool) (any, error)
+	read = func(path string, depth int, raw, headers bool) (any, error) {
 		if depth > maxDepth {
-			return fmt.Errorf("%s: nested more than %d levels deep", cmp.Or(path, "the configuration"), maxDepth)
+			return nil, fmt.Errorf("%s: nested more than %d levels deep", cmp.Or(path, "the configuration"), maxDepth)
 		}
 		tok, err := dec.Token()
 		if err != nil || (tok != json.Delim('{') && tok != json.Delim('[')) {
-			return err
+			return tok, err
 		}
-		seen := map[string]bool{}
+		list, obj, seen := []any{}, map[string]any{}, map[string]bool{}
 		for i := 0; dec.More(); i++ {
-			child := path + "[" + strconv.Itoa(i) + "]"
-			if tok == json.Delim('{') {
-				key, err := dec.Token()
+			if tok == json.Delim('[') {
+				v, err := read(path+"["+strconv.Itoa(i)+"]", depth+1, raw, false)
 				if err != nil {
-					return err
+					return nil, err
 				}
-				child = joinPath(path, key.(string)) // object keys are strings
-				if seen[child] {
-					ps.reject(child, "appears twice; a second value would silently replace the first")
-				}
-				seen[child] = true
+				list = append(list, v)
+				continue
 			}
-			if err := walk(child, depth+1); err != nil {
-				return err
+			key, _ := dec.Token()
+			name := key.(string)
+			child := joinPath(path, name)
+			if seen[name] {
+				ps.reject(child, "appears twice; a second value would silently replace the first")
+			}
+			seen[name] = true
+			schema := !raw && depth == 2 && name == "schema"
+			v, err := read(child, depth+1, raw || schema, !raw && depth == 3 && name == "headers")
+			if err != nil {
+				return nil, err
+			}
+			if raw || (v != nil && (schema || headers || (v != "" && v != false))) {
+				obj[name] = v
 			}
 		}
 		_, err = dec.Token() // the closing delimiter
-		return err
+		if tok == json.Delim('[') {
+			return list, err
+		}
+		return obj, err
 	}
-	return walk("", 0)
+	return read("", 0, false, false)
 }
 
-// dropAbsent removes the members that stand for an absent field: null, and
-// "" or false, which the configuration has always read as unset (templates
-// write them). JSON Schema would judge them as values. A route's payload
-// schema is left alone, where they are values ("const": null), and so is a
-// header's empty value. depth is 0 for the configuration itself.
-func dropAbsent(v any, depth int, headers bool) {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, x := range v {
-			payloadSchema := depth == 2 && k == "schema"
-			switch {
-			case x == nil, !headers && !payloadSchema && (x == "" || x == false):
-				delete(v, k)
-			case !payloadSchema:
-				dropAbsent(x, depth+1, depth == 3 && k == "headers")
-			}
-		}
-	case []any:
-		for _, x := range v {
-			dropAbsent(x, depth+1, false)
-		}
-	}
-}
-
-// The decoding structs: the configuration's shape, which the schema has
-// checked by the time their values are used. A zero value is an absent
-// field (see dropAbsent; the schema refuses a 0), so that it can stand for
-// the default. Integers are float64
-// because JSON Schema's integer includes 1e3 and 2.0, which encoding/json
-// refuses for an int.
+// The decoding structs add to Route and Target (their json tags) the fields
+// that build converts. A zero value is an absent field, which build
+// defaults (the schema refuses a 0). Integers are float64: JSON Schema's
+// integer includes 1e3 and 2.0, which encoding/json refuses for an int.
 type fileConfig struct {
 	Routes []routeConfig `json:"routes"`
 }
 
 type routeConfig struct {
-	Name            string          `json:"name"`
-	Match           matchConfig     `json:"match"`
-	Target          targetConfig    `json:"target"`
-	Retry           retryConfig     `json:"retry"`
-	MaxPayloadBytes float64         `json:"max_payload_bytes"`
-	Schema          json.RawMessage `json:"schema"`
-	OnDead          string          `json:"on_dead"`
-	OnConfigError   string          `json:"on_config_error"`
-}
-
-type matchConfig struct {
-	Namespace string `json:"namespace"`
-	Topic     string `json:"topic"`
+	Route
+	Target          targetConfig `json:"target"`
+	Retry           retryConfig  `json:"retry"`
+	MaxPayloadBytes float64      `json:"max_payload_bytes"`
 }
 
 type targetConfig struct {
-	Type        string  `json:"type"`
+	Target
 	Timeout     string  `json:"timeout"`
 	Concurrency float64 `json:"concurrency"`
-
-	TopicARN       string `json:"topic_arn"`
-	MessageGroupID string `json:"message_group_id"`
-
-	EventBus   string `json:"event_bus"`
-	Source     string `json:"source"`
-	DetailType string `json:"detail_type"`
-
-	URL               string            `json:"url"`
-	SigningSecretEnv  string            `json:"signing_secret_env"`
-	SigningSecretARN  string            `json:"signing_secret_arn"`
-	Headers           map[string]string `json:"headers"`
-	AllowInsecureHTTP bool              `json:"allow_insecure_http"`
-
-	Function string `json:"function"`
 }
 
 type retryConfig struct {
 	MaxAttempts float64 `json:"max_attempts"`
 	BaseDelay   string  `json:"base_delay"`
 	MaxDelay    string  `json:"max_delay"`
+}
+
+// ConfigError is a configuration that failed validation. It lists every
+// problem found, not only the first, so that one deployment fixes them all.
+type ConfigError struct {
+	// Source says where the configuration came from, for Error's first
+	// line; Parse leaves it to its caller (the config package names the
+	// environment variable, and the file).
+	Source   string
+	Problems []Problem // by route index (-1, the whole configuration, first), then field
+}
+
+// Problem is one thing wrong with a configuration.
+type Problem struct {
+	Route   int    // the index of the route in the routes list, -1 for the whole configuration
+	Field   string // the path of the field, such as "routes[2].target.topic_arn"; "" when the text cannot be read
+	Message string // what is wrong and, where it helps, what would be right
+}
+
+// String renders the problem as "field: message", or the message alone.
+func (p Problem) String() string { return strings.TrimPrefix(p.Field+": "+p.Message, ": ") }
+
+// Error lists every problem, one per line, after a line saying how many.
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString("route: invalid configuration")
+	if e.Source != "" {
+		b.WriteString(" in " + e.Source)
+	}
+	plural := "s"
+	if len(e.Problems) == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(&b, " (%d problem%s):", len(e.Problems), plural)
+	for _, p := range e.Problems {
+		b.WriteString("\n" + p.String())
+	}
+	return b.String()
+}
+
+// problems collects a configuration's problems. A field whose value was
+// rejected (unknown, of the wrong type) is not judged again, nor anything
+// inside it.
+type problems struct {
+	list     []Problem
+	rejected []string
+}
+
+// add reports a problem with a field not rejected, on one line (a library's
+// error, or a quoted value, could break the listing).
+func (ps *problems) add(field, format string, args ...any) bool {
+	if slices.ContainsFunc(ps.rejected, func(r string) bool { return within(field, r) }) {
+		return false
+	}
+	msg := fmt.Sprintf(format, args...)
+	if strings.ContainsAny(msg, "\r\n") {
+		msg = strings.Join(strings.Fields(msg), " ")
+	}
+	ps.list = append(ps.list, Problem{Route: routeOf(field), Field: field, Message: msg})
+	return true
+}
+
+// reject reports a problem and silences the field's others and those inside.
+func (ps *problems) reject(field, format string, args ...any) {
+	if ps.add(field, format, args...) {
+		ps.rejected = append(ps.rejected, field)
+	}
+}
+
+// rejectedWithin reports whether the field or anything inside was rejected.
+func (ps *problems) rejectedWithin(field string) bool {
+	return slices.ContainsFunc(ps.rejected, func(r string) bool { return within(r, field) })
+}
+
+// within reports whether field is path or lies inside it. Names compare
+// without case, as encoding/json matches them: the value of an unknown
+// "Timeout" may have been decoded as the timeout.
+func within(field, path string) bool {
+	if len(field) < len(path) || !strings.EqualFold(field[:len(path)], path) {
+		return false
+	}
+	rest := field[len(path):]
+	return path == "" || rest == "" || rest[0] == '.' || rest[0] == '['
+}
+
+// routeOf returns the route index a field path starts with, else -1.
+func routeOf(field string) int {
+	var i int
+	if _, err := fmt.Sscanf(field, "routes[%d]", &i); err != nil {
+		return -1
+	}
+	return i
+}
+
+func (ps *problems) err() error {
+	if len(ps.list) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(ps.list, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Route, b.Route), cmp.Compare(a.Field, b.Field))
+	})
+	return &ConfigError{Problems: ps.list}
 }

@@ -487,7 +487,38 @@ func TestParseAppliesDefaults(t *testing.T) {
 	}
 }
 
-// The example of the brief and of doc.go, as JSON and as YAML.
+// YAML is read as YAML 1.2 (as editors' YAML language server reads it), one
+// document, each value as written: an unquoted timestamp stays the string
+// written, and yes and no are strings.
+func TestParseReadsYAMLAsWritten(t *testing.T) {
+	t.Parallel()
+	const httpTarget = "{type: http, url: \"https://h.example/x\", signing_secret_env: S"
+	table, err := Parse([]byte("routes:\n  - match: {namespace: no, topic: \"*\"}\n    target: "+httpTarget+", headers: {Api-Version: 2024-06-20}}\n"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := table.Routes[0]; r.Match.Namespace != "no" || r.Target.Headers["Api-Version"] != "2024-06-20" {
+		t.Errorf("namespace %q, headers %v; want no and 2024-06-20 as written", r.Match.Namespace, r.Target.Headers)
+	}
+	routes := "routes:\n  - match: {namespace: a, topic: b}\n    target: "
+	for _, tc := range []struct {
+		name, data string
+		want       want
+	}{
+		{"a broken document after the first", routes + "{type: lambda, function: f}\n---\nroutes: [\n", want{"", "not valid YAML: yaml: line 5"}},
+		{"a YAML 1.1 boolean", routes + httpTarget + ", allow_insecure_http: yes}\n", want{"routes[0].target.allow_insecure_http", `must be true or false, not the string "yes"`}},
+		{"a number for a string", routes + "{type: lambda, function: 2024}\n", want{"routes[0].target.function", "must be a string, not the number 2024; YAML reads unquoted true, false and numbers as such: quote the value"}},
+		{"a mapping for a string", routes + "{type: eventbridge, event_bus: default, detail_type: {topic}}\n", want{"routes[0].target.detail_type", "must be a string, not an object; in YAML a value that starts with { is a mapping: quote it"}},
+		{"a key that is not a string", routes + "{type: lambda, function: f, 3: x}\n", want{"routes[0].target.3", `unknown field "3"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			checkProblems(t, tc.data, tc.want)
+		})
+	}
+}
+
+// The example routing table, one route of each target type, as JSON and as YAML.
 func TestParseJSONAndYAMLGiveEqualTables(t *testing.T) {
 	t.Parallel()
 	fromJSON := parseFile(t, "testdata/example.json")

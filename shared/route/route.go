@@ -1,11 +1,19 @@
 package route
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 
 	"github.com/outboxkit/dispatcher/shared/backoff"
 )
@@ -13,48 +21,34 @@ import (
 // Wildcard is the match pattern that matches every namespace or topic.
 const Wildcard = "*"
 
-// The on_dead policies.
+// The on_dead and on_config_error policies, and the target types.
 const (
-	OnDeadSkip = "skip"
-	OnDeadPark = "park"
-)
-
-// The on_config_error policies.
-const (
+	OnDeadSkip        = "skip"
+	OnDeadPark        = "park"
 	OnConfigErrorHold = "hold"
 	OnConfigErrorDead = "dead"
+	TypeSNS           = "sns"
+	TypeEventBridge   = "eventbridge"
+	TypeHTTP          = "http"
+	TypeLambda        = "lambda"
 )
 
-// The target types.
-const (
-	TypeSNS         = "sns"
-	TypeEventBridge = "eventbridge"
-	TypeHTTP        = "http"
-	TypeLambda      = "lambda"
-)
-
-// Table is a validated routing configuration. Build it with Parse: it also
-// builds the lookup maps that Match uses. A Table is
+// Table is a validated routing configuration, built by Parse; it is
 // immutable and safe for concurrent use.
 type Table struct {
-	// Routes are the routes in configuration order; Routes[i].Index == i.
-	Routes []*Route
+	Routes []*Route // in configuration order; Routes[i].Index == i
 
-	exact       map[namePair]*Route // namespace and topic exact
-	byNamespace map[string]*Route   // namespace exact, topic "*"
-	byTopic     map[string]*Route   // namespace "*", topic exact
-	fallback    *Route              // "*" and "*"
+	exact       map[Match]*Route  // namespace and topic exact
+	byNamespace map[string]*Route // namespace exact, topic "*"
+	byTopic     map[string]*Route // namespace "*", topic exact
+	fallback    *Route            // "*" and "*"
 }
 
-type namePair struct{ namespace, topic string }
-
-// Match returns the most specific route for a message, or nil when no route
-// matches (the engine dead-letters the message as NO_ROUTE). Precedence:
-// exact namespace and exact topic, then exact namespace and "*", then "*"
-// and exact topic, then "*" and "*"; an exact namespace outranks an exact
-// topic. Match is O(1) and does not allocate.
+// Match returns the most specific route for a message (exact namespace and
+// topic, then exact namespace, then exact topic, then "*" and "*"), nil
+// when none matches. It is O(1) and does not allocate.
 func (t *Table) Match(namespace, topic string) *Route {
-	if r := t.exact[namePair{namespace, topic}]; r != nil {
+	if r := t.exact[Match{namespace, topic}]; r != nil {
 		return r
 	}
 	if r := t.byNamespace[namespace]; r != nil {
@@ -66,31 +60,13 @@ func (t *Table) Match(namespace, topic string) *Route {
 	return t.fallback
 }
 
-// Targets returns the distinct targets of the table (by Key), in the order
-// of the first route that uses each: build one publisher per target.
-func (t *Table) Targets() []Target {
-	seen := make(map[string]bool, len(t.Routes))
-	var out []Target
-	for _, r := range t.Routes {
-		if k := r.Target.Key(); !seen[k] {
-			seen[k] = true
-			out = append(out, r.Target)
-		}
-	}
-	return out
-}
-
-// index builds the lookup maps. The routes are already known to have
-// distinct match patterns.
+// index builds the lookup maps of routes with distinct patterns.
 func (t *Table) index() {
-	t.exact = map[namePair]*Route{}
-	t.byNamespace = map[string]*Route{}
-	t.byTopic = map[string]*Route{}
+	t.exact, t.byNamespace, t.byTopic = map[Match]*Route{}, map[string]*Route{}, map[string]*Route{}
 	for _, r := range t.Routes {
-		ns, tp := r.Match.Namespace, r.Match.Topic
-		switch {
+		switch ns, tp := r.Match.Namespace, r.Match.Topic; {
 		case ns != Wildcard && tp != Wildcard:
-			t.exact[namePair{ns, tp}] = r
+			t.exact[r.Match] = r
 		case ns != Wildcard:
 			t.byNamespace[ns] = r
 		case tp != Wildcard:
@@ -101,57 +77,48 @@ func (t *Table) index() {
 	}
 }
 
-// Match is a route's pattern: each of Namespace and Topic is an exact name
-// or "*".
-type Match struct {
-	Namespace string
-	Topic     string
+// Targets returns the distinct targets of the table (by Key), in the order
+// of the first route that uses each: build one publisher per target.
+func (t *Table) Targets() []Target {
+	var out []Target
+	for _, r := range t.Routes {
+		if !slices.ContainsFunc(out, func(o Target) bool { return o.Key() == r.Target.Key() }) {
+			out = append(out, r.Target)
+		}
+	}
+	return out
 }
 
-// Matches reports whether the pattern matches a message's namespace and
-// topic.
+// Match is a route's pattern: each field is an exact name or "*".
+type Match struct {
+	Namespace string `json:"namespace"`
+	Topic     string `json:"topic"`
+}
+
+// Matches reports whether the pattern matches a namespace and topic.
 func (m Match) Matches(namespace, topic string) bool {
-	return (m.Namespace == Wildcard || m.Namespace == namespace) &&
-		(m.Topic == Wildcard || m.Topic == topic)
+	return (m.Namespace == Wildcard || m.Namespace == namespace) && (m.Topic == Wildcard || m.Topic == topic)
 }
 
 // String renders the pattern as namespace/topic.
 func (m Match) String() string { return m.Namespace + "/" + m.Topic }
 
 // Route sends the messages its pattern matches to one target under one
-// delivery policy.
+// delivery policy. Fields tagged json are decoded as written.
 type Route struct {
-	// Index is the route's position in the configuration.
-	Index int
-	// Name is the configured "name", else "routes[<index>]"; it names the
-	// route in logs, metrics and dead-letter reasons.
-	Name string
-	// Match is the route's pattern.
-	Match Match
-	// Target is where the messages go.
-	Target Target
-	// Retry is the route's retry policy; each field absent from the
-	// configuration is backoff.Default's.
-	Retry backoff.Policy
-	// Timeout bounds each call to the target (target.timeout; default
-	// DefaultTimeout, at most MaxTimeout).
-	Timeout time.Duration
-	// MaxPayloadBytes is the largest payload the route sends, in bytes of
-	// the payload's JSON; a larger one is dead-lettered as
-	// PAYLOAD_TOO_LARGE without a call. The default and the hard maximum
-	// depend on the target type (routes.schema.json).
-	MaxPayloadBytes int
-	// Schema is the configured JSON Schema, nil when the route has none.
-	Schema json.RawMessage
-	// OnDead is what happens to an ordered message's key when the message
-	// dies (on_dead): OnDeadSkip lets the key's next message go, OnDeadPark
-	// holds the key until the dead message is replayed or discarded.
-	OnDead string
-	// OnConfigError is what a configuration failure of the target (access
-	// denied, the target missing) does to a message (on_config_error):
-	// OnConfigErrorHold retries it without end, with a capped backoff;
-	// OnConfigErrorDead dead-letters it.
-	OnConfigError string
+	Index  int            `json:"-"`    // the route's position in the configuration
+	Name   string         `json:"name"` // the configured name, else "routes[<index>]": for logs, metrics and dead-letter reasons
+	Match  Match          `json:"match"`
+	Target Target         `json:"-"`
+	Retry  backoff.Policy `json:"-"` // each field absent from the configuration is backoff.Default's
+	// Timeout bounds each call to the target; MaxPayloadBytes is the
+	// largest payload the route sends, in bytes of its JSON (a larger one
+	// is dead-lettered as PAYLOAD_TOO_LARGE without a call).
+	Timeout         time.Duration   `json:"-"`
+	MaxPayloadBytes int             `json:"-"`
+	Schema          json.RawMessage `json:"schema"`          // the payload's JSON Schema as canonical JSON, nil when none is set
+	OnDead          string          `json:"on_dead"`         // OnDeadSkip or OnDeadPark: what an ordered message's death does to its key
+	OnConfigError   string          `json:"on_config_error"` // OnConfigErrorHold or OnConfigErrorDead: what a target's configuration failure does to a message
 
 	schema *jsonschema.Schema
 }
@@ -159,58 +126,35 @@ type Route struct {
 // HasSchema reports whether the route validates payloads against a schema.
 func (r *Route) HasSchema() bool { return r.schema != nil }
 
-// Target is where a route delivers. Only the fields of its Type are set.
+// Target is where a route delivers; only the fields of its Type are set.
 type Target struct {
-	// Type is "sns", "eventbridge", "http" or "lambda".
-	Type string
+	Type string `json:"type"` // "sns", "eventbridge", "http" or "lambda"
 	// Timeout and MaxPayloadBytes repeat the route's, so that a publisher
-	// built from a Target alone has them; they are part of Key.
-	Timeout         time.Duration
-	MaxPayloadBytes int
-	// Concurrency is the calls to the target in flight at once within a
-	// batch (target.concurrency). For per-message targets (http, lambda)
-	// it is what bounds throughput: concurrency / call latency.
-	Concurrency int
+	// built from a Target alone has them. Concurrency is the calls to the
+	// target in flight at once within a batch: for the per-message targets
+	// (http, lambda) it bounds throughput to concurrency / call latency.
+	Timeout         time.Duration `json:"-"`
+	MaxPayloadBytes int           `json:"-"`
+	Concurrency     int           `json:"-"`
 
-	// TopicARN is the SNS topic (sns).
-	TopicARN string
-	// MessageGroupID is the MessageGroupId of messages without an ordering
-	// key (sns, FIFO topics only).
-	MessageGroupID string
-
-	// EventBus is the EventBridge bus name or ARN (eventbridge).
-	EventBus string
-	// Source and DetailType are the events' templates (eventbridge); they
-	// may contain {namespace} and {topic}. See ExpandTemplate.
-	Source     string
-	DetailType string
-
-	// URL is the webhook endpoint (http).
-	URL string
-	// SigningSecretEnv names the environment variable holding the Standard
-	// Webhooks signing secret (http); exclusive with SigningSecretARN.
-	SigningSecretEnv string
-	// SigningSecretARN is the Secrets Manager ARN of the signing secret
-	// (http); exclusive with SigningSecretEnv.
-	SigningSecretARN string
-	// Headers are static extra headers (http).
-	Headers map[string]string
-	// AllowInsecureHTTP permits an http:// URL to a host other than
-	// localhost, 127.0.0.1 or ::1 (http).
-	AllowInsecureHTTP bool
-
-	// Function is the Lambda function name, partial or full ARN, with an
-	// optional :qualifier (lambda).
-	Function string
+	TopicARN          string            `json:"topic_arn,omitempty"`           // sns
+	MessageGroupID    string            `json:"message_group_id,omitempty"`    // sns, FIFO only: the group of messages without an ordering key
+	EventBus          string            `json:"event_bus,omitempty"`           // eventbridge: a bus name or ARN
+	Source            string            `json:"source,omitempty"`              // eventbridge: a template, see ExpandTemplate
+	DetailType        string            `json:"detail_type,omitempty"`         // eventbridge: a template
+	URL               string            `json:"url,omitempty"`                 // http
+	SigningSecretEnv  string            `json:"signing_secret_env,omitempty"`  // http: the variable holding the signing secret, or
+	SigningSecretARN  string            `json:"signing_secret_arn,omitempty"`  // http: the secret's Secrets Manager ARN
+	Headers           map[string]string `json:"headers,omitempty"`             // http: static extra headers
+	AllowInsecureHTTP bool              `json:"allow_insecure_http,omitempty"` // http: http:// to hosts other than loopback
+	Function          string            `json:"function,omitempty"`            // lambda: a name, partial or full ARN, with an optional :qualifier
 
 	key string
 }
 
-// Key is the target's stable identity: two routes whose targets have equal
-// keys share one publisher. It covers every field, so targets that differ
-// in anything (a header, a secret, the timeout) get separate publishers.
-// Parse computes it once; Key on a Target built by hand computes it on
-// each call.
+// Key is the target's identity: routes whose targets have equal keys share
+// one publisher. It covers every field, so targets that differ in anything
+// (a header, a secret, the timeout) get separate publishers.
 func (t Target) Key() string {
 	if t.key != "" {
 		return t.key
@@ -218,49 +162,23 @@ func (t Target) Key() string {
 	return t.computeKey()
 }
 
+// computeKey writes the target as JSON, unambiguous whatever the values
+// contain (the field order is fixed, map keys sorted) and readable in logs.
 func (t Target) computeKey() string {
-	// JSON with a fixed field order (map keys sorted by encoding/json) is
-	// unambiguous whatever the values contain, and readable in logs.
 	b, err := json.Marshal(struct {
-		Type              string            `json:"type"`
-		TopicARN          string            `json:"topic_arn,omitempty"`
-		MessageGroupID    string            `json:"message_group_id,omitempty"`
-		EventBus          string            `json:"event_bus,omitempty"`
-		Source            string            `json:"source,omitempty"`
-		DetailType        string            `json:"detail_type,omitempty"`
-		URL               string            `json:"url,omitempty"`
-		SigningSecretEnv  string            `json:"signing_secret_env,omitempty"`
-		SigningSecretARN  string            `json:"signing_secret_arn,omitempty"`
-		Headers           map[string]string `json:"headers,omitempty"`
-		AllowInsecureHTTP bool              `json:"allow_insecure_http,omitempty"`
-		Function          string            `json:"function,omitempty"`
-		Timeout           string            `json:"timeout,omitempty"`
-		MaxPayloadBytes   int               `json:"max_payload_bytes,omitempty"`
-		Concurrency       int               `json:"concurrency,omitempty"`
-	}{
-		t.Type, t.TopicARN, t.MessageGroupID, t.EventBus, t.Source, t.DetailType,
-		t.URL, t.SigningSecretEnv, t.SigningSecretARN, t.Headers, t.AllowInsecureHTTP,
-		t.Function, durationString(t.Timeout), t.MaxPayloadBytes, t.Concurrency,
-	})
+		Target
+		Timeout         string `json:"timeout"`
+		MaxPayloadBytes int    `json:"max_payload_bytes,omitempty"`
+		Concurrency     int    `json:"concurrency,omitempty"`
+	}{t, t.Timeout.String(), t.MaxPayloadBytes, t.Concurrency})
 	if err != nil {
-		// Strings, a string map, a bool and an int always marshal.
-		panic("route: marshalling a target key: " + err.Error())
+		panic("route: marshalling a target key: " + err.Error()) // strings, bools, ints and a string map always marshal
 	}
 	return string(b)
 }
 
-func durationString(d time.Duration) string {
-	if d == 0 {
-		return ""
-	}
-	return d.String()
-}
-
-// IsFIFO reports whether the target is an SNS FIFO topic (its name ends in
-// ".fifo"): messages need a MessageGroupId and a MessageDeduplicationId.
-func (t Target) IsFIFO() bool {
-	return t.Type == TypeSNS && strings.HasSuffix(t.TopicARN, ".fifo")
-}
+// IsFIFO reports whether the target is an SNS FIFO topic (a ".fifo" name).
+func (t Target) IsFIFO() bool { return t.Type == TypeSNS && strings.HasSuffix(t.TopicARN, ".fifo") }
 
 // The placeholders of EventBridge source and detail-type templates.
 const (
@@ -268,34 +186,156 @@ const (
 	PlaceholderTopic     = "{topic}"
 )
 
-// ExpandTemplate replaces {namespace} and {topic} in an EventBridge source
-// or detail-type template. Parse has checked that a route's templates hold
-// no other placeholder.
+// ExpandTemplate replaces {namespace} and {topic} in an EventBridge template.
 func ExpandTemplate(template, namespace, topic string) string {
-	if !strings.Contains(template, "{") {
-		return template
+	return strings.NewReplacer(PlaceholderNamespace, namespace, PlaceholderTopic, topic).Replace(template)
+}
+
+// ErrInvalidPayload is wrapped by every *PayloadError.
+var ErrInvalidPayload = errors.New("route: payload fails the route's schema")
+
+// PayloadError is a payload that fails its route's JSON Schema: the engine
+// dead-letters the message with its text.
+type PayloadError struct {
+	Violations []Violation // the rules the payload breaks, at most maxViolations
+	More       int         // the violations left out of Violations
+}
+
+// Violation is one schema rule a payload breaks.
+type Violation struct {
+	InstanceLocation string // the JSON Pointer of the offending value; "" is the payload itself
+	KeywordLocation  string // the JSON Pointer of the rule in the schema, such as "/properties/amount/minimum"
+	Message          string // what is wrong, such as "missing property 'tenant_id'"
+}
+
+// String renders the violation as "at <location>: <message> (schema rule
+// <keyword location>)".
+func (v Violation) String() string { return v.at() + " (schema rule " + v.KeywordLocation + ")" }
+
+func (v Violation) at() string { return "at " + cmp.Or(v.InstanceLocation, "/") + ": " + v.Message }
+
+// Error lists the violations on one line, separated by semicolons.
+func (e *PayloadError) Error() string {
+	parts := make([]string, 0, len(e.Violations)+1)
+	for _, v := range e.Violations {
+		parts = append(parts, v.String())
 	}
+	if e.More > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", e.More))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidPayload) true.
+func (e *PayloadError) Unwrap() error { return ErrInvalidPayload }
+
+// A PayloadError lists the first violations (a hundred would bury what is
+// wrong), each capped (an enum of a thousand values would be repeated).
+const maxViolations, maxViolationMessage = 5, 200
+
+var printer = message.NewPrinter(language.English)
+
+// noRemoteLoader refuses every URL: a route's schema is self-contained, so
+// that a cold start never depends on a network or a file system.
+type noRemoteLoader struct{}
+
+func (noRemoteLoader) Load(string) (any, error) {
+	return nil, errors.New(`references outside the route's own schema are not loaded; put the referenced schema under $defs and use "$ref": "#/$defs/<name>"`)
+}
+
+// compileSchema compiles a route's schema (draft 2020-12 but for $schema).
+func compileSchema(raw json.RawMessage, index int) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	loc := fmt.Sprintf("https://outboxkit.invalid/routes/%d/schema.json", index)
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noRemoteLoader{})
+	if err == nil {
+		err = c.AddResource(loc, doc)
+	}
+	var sch *jsonschema.Schema
+	if err == nil {
+		sch, err = c.Compile(loc)
+	}
+	var ve *jsonschema.ValidationError
+	if sve, ok := errors.AsType[*jsonschema.SchemaValidationError](err); ok {
+		ve, _ = sve.Err.(*jsonschema.ValidationError)
+	}
+	switch {
+	case ve != nil: // it breaks its metaschema; the library's error is a multi-line tree
+		var parts []string
+		for _, v := range collectViolations(ve, nil, false) {
+			parts = append(parts, v.at())
+		}
+		return nil, fmt.Errorf("is not a valid JSON Schema: %s", strings.Join(parts, "; "))
+	case err != nil: // the location is made up: a reference reads best as written
+		msg := strings.NewReplacer(loc+"#", "#", loc, "the schema", loc[:strings.LastIndexByte(loc, '/')+1], "").Replace(err.Error())
+		return nil, fmt.Errorf("does not compile: %s", strings.Join(strings.Fields(msg), " "))
+	}
+	return sch, nil
+}
+
+// CheckPayload validates a payload against the route's JSON Schema, if it
+// has one. The error is a *PayloadError naming each broken rule and where it
+// broke, quoting no string of the payload (payloads are not logged).
+func (r *Route) CheckPayload(payload []byte) error {
+	if r.schema == nil {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+	if err != nil {
+		return &PayloadError{Violations: []Violation{{Message: fmt.Sprintf("the payload is not valid JSON: %v", err)}}}
+	}
+	if err = r.schema.Validate(doc); err == nil {
+		return nil
+	}
+	ve, ok := errors.AsType[*jsonschema.ValidationError](err)
+	if !ok {
+		return fmt.Errorf("route: validating the payload against %s's schema: %w", r.Name, err)
+	}
+	all := collectViolations(ve, nil, true)
+	slices.SortStableFunc(all, func(a, b Violation) int {
+		return cmp.Or(cmp.Compare(a.InstanceLocation, b.InstanceLocation), cmp.Compare(a.KeywordLocation, b.KeywordLocation))
+	})
+	pe := &PayloadError{Violations: all}
+	if len(all) > maxViolations {
+		pe.Violations, pe.More = all[:maxViolations], len(all)-maxViolations
+	}
+	return pe
+}
+
+// collectViolations gathers the leaves of a validation error tree (the
+// inner nodes only say that a leaf failed); redact leaves out the strings.
+func collectViolations(e *jsonschema.ValidationError, out []Violation, redact bool) []Violation {
+	for _, c := range e.Causes {
+		out = collectViolations(c, out, redact)
+	}
+	if len(e.Causes) > 0 {
+		return out
+	}
+	msg := strings.Join(strings.Fields(e.ErrorKind.LocalizedString(printer)), " ")
+	switch k := e.ErrorKind.(type) {
+	case *kind.Pattern:
+		if redact {
+			msg = fmt.Sprintf("does not match the pattern %q", k.Want)
+		}
+	case *kind.Format:
+		if redact {
+			msg = fmt.Sprintf("is not a valid %s", k.Want)
+		}
+	}
+	if len(msg) > maxViolationMessage {
+		msg = strings.ToValidUTF8(msg[:maxViolationMessage], "") + "…"
+	}
+	_, fragment, _ := strings.Cut(e.SchemaURL, "#")
+	return append(out, Violation{pointer(e.InstanceLocation), cmp.Or(fragment+pointer(e.ErrorKind.KeywordPath()), "/"), msg})
+}
+
+// pointer renders tokens as a JSON Pointer (RFC 6901).
+func pointer(tokens []string) string {
 	var b strings.Builder
-	b.Grow(len(template) + len(namespace) + len(topic))
-	for rest := template; rest != ""; {
-		i := strings.IndexByte(rest, '{')
-		if i < 0 {
-			b.WriteString(rest)
-			break
-		}
-		b.WriteString(rest[:i])
-		rest = rest[i:]
-		switch {
-		case strings.HasPrefix(rest, PlaceholderNamespace):
-			b.WriteString(namespace)
-			rest = rest[len(PlaceholderNamespace):]
-		case strings.HasPrefix(rest, PlaceholderTopic):
-			b.WriteString(topic)
-			rest = rest[len(PlaceholderTopic):]
-		default:
-			b.WriteByte('{')
-			rest = rest[1:]
-		}
+	for _, t := range tokens {
+		b.WriteString("/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
 	}
 	return b.String()
 }

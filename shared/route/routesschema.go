@@ -5,7 +5,6 @@ import (
 	"cmp"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -19,59 +18,48 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
 
-// routesSchemaJSON is the JSON Schema of the configuration: every field,
-// its type, whether it is required, its default and the rules on its value
-// alone. Editors can validate a routes file with it (see the README).
-//
 //go:embed routes.schema.json
 var routesSchemaJSON []byte
 
-// routesSchema is the compiled schema and what error messages look up in it.
+// routesSchema is the compiled schema and, by the JSON Pointer of a schema
+// object ("/$defs/route"), its property names in order (a map has none) and
+// its errorMessage (the keyword VS Code's language servers show too).
 type routesSchema struct {
 	compiled *jsonschema.Schema
-	doc      any                 // the schema as written, for errorMessage and enum
-	order    map[string][]string // the property names of each object schema, as written, by JSON Pointer
+	order    map[string][]string
+	messages map[string]string
 }
 
-// The schema is compiled at the first Parse, not when a program that never
-// parses routes starts.
+// loadRoutesSchema compiles the schema at the first Parse, not at init.
 var loadRoutesSchema = sync.OnceValue(func() *routesSchema {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(routesSchemaJSON))
-	if err != nil {
-		panic("route: routes.schema.json: " + err.Error())
-	}
-	id, _ := doc.(map[string]any)["$id"].(string)
 	c := jsonschema.NewCompiler()
-	c.UseLoader(noRemoteLoader{})
-	if err := c.AddResource(id, doc); err != nil {
-		panic("route: routes.schema.json: " + err.Error())
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(routesSchemaJSON))
+	if err == nil {
+		err = c.AddResource("routes.schema.json", doc)
 	}
-	compiled, err := c.Compile(id)
 	if err != nil {
 		panic("route: routes.schema.json: " + err.Error())
 	}
-	return &routesSchema{compiled: compiled, doc: doc, order: propertyOrder(routesSchemaJSON)}
-})
-
-// propertyOrder lists the property names of each object schema in the order
-// they are written (a decoded map has none), keyed by the JSON Pointer of
-// the object schema: "" for the root, "/$defs/route".
-func propertyOrder(schema []byte) map[string][]string {
-	order := map[string][]string{}
-	dec := json.NewDecoder(bytes.NewReader(schema))
-	var walk func(pointer string)
-	walk = func(pointer string) {
+	s := &routesSchema{c.MustCompile("routes.schema.json"), map[string][]string{}, map[string]string{}}
+	dec := json.NewDecoder(bytes.NewReader(routesSchemaJSON))
+	var walk func(at string)
+	walk = func(at string) {
 		tok, _ := dec.Token()
 		if tok != json.Delim('{') && tok != json.Delim('[') {
 			return
 		}
 		for i := 0; dec.More(); i++ {
-			child := pointer + "/" + strconv.Itoa(i)
+			child := at + "/" + strconv.Itoa(i)
 			if tok == json.Delim('{') {
 				key, _ := dec.Token()
-				child = pointer + "/" + key.(string)
-				if owner, ok := strings.CutSuffix(pointer, "/properties"); ok {
-					order[owner] = append(order[owner], key.(string))
+				child = at + pointer([]string{key.(string)})
+				if owner, ok := strings.CutSuffix(at, "/properties"); ok {
+					s.order[owner] = append(s.order[owner], key.(string))
+				}
+				if key == "errorMessage" {
+					msg, _ := dec.Token()
+					s.messages[at] = msg.(string)
+					continue
 				}
 			}
 			walk(child)
@@ -79,92 +67,30 @@ func propertyOrder(schema []byte) map[string][]string {
 		dec.Token() // the closing delimiter
 	}
 	walk("")
-	return order
-}
+	return s
+})
 
-// schemaPointer returns the JSON Pointer of a schema location
-// ("…#/$defs/route"), which the library writes percent-encoded.
-func schemaPointer(location string) string {
-	_, fragment, _ := strings.Cut(location, "#")
-	pointer, err := url.PathUnescape(fragment)
-	if err != nil {
-		return fragment
-	}
-	return pointer
-}
+// targetKinds are the schema's target types (a test keeps them equal).
+var targetKinds = []string{TypeSNS, TypeEventBridge, TypeHTTP, TypeLambda}
 
-// node returns the schema object at a location ("…#/$defs/route"), or nil.
-func (s *routesSchema) node(location string) map[string]any {
-	v := s.doc
-	for _, tok := range strings.Split(schemaPointer(location), "/")[1:] {
-		switch x := v.(type) {
-		case map[string]any:
-			v = x[strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)]
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i >= len(x) {
-				return nil
-			}
-			v = x[i]
-		}
-	}
-	m, _ := v.(map[string]any)
-	return m
-}
-
-// list returns a list of strings of the schema, such as an enum.
-func (s *routesSchema) list(pointer, keyword string) []string {
-	list, _ := s.node("#" + pointer)[keyword].([]any)
-	out := make([]string, 0, len(list))
-	for _, v := range list {
-		if str, ok := v.(string); ok {
-			out = append(out, str)
-		}
-	}
-	return out
-}
-
-// targetFields are the fields a target of a type may have, nil for an
-// unknown type.
-func (s *routesSchema) targetFields(targetType string) []string {
-	if !slices.Contains(s.list("/$defs/target/properties/type", "enum"), targetType) {
-		return nil
-	}
-	return s.order["/$defs/"+targetType]
-}
-
-// schemaProblem is a problem the schema found, before it is reported.
+// schemaProblem is a problem the schema found; reject silences the checks
+// inside the field, which one with an object as a whole does not.
 type schemaProblem struct {
 	field, message string
-	// rank orders the problems of one field: the first is reported, so
-	// that an unknown field is not also judged on its value.
-	rank int
-	// reject silences the checks on the field's value and everything in it;
-	// a problem with an object as a whole (a missing signing secret) does
-	// not.
-	reject bool
+	reject         bool
 }
 
-// checkSchema validates the configuration against the routes schema and
-// reports what fails, one problem per field, at the field's path.
+// checkSchema reports what fails the routes schema, at the field's path.
 func checkSchema(doc any, fromYAML bool, ps *problems) {
-	s := loadRoutesSchema()
-	err := s.compiled.Validate(doc)
-	if err == nil {
-		return
-	}
-	ve, ok := errors.AsType[*jsonschema.ValidationError](err)
-	if !ok {
-		ps.reject("", "%v", err)
+	ve, _ := loadRoutesSchema().compiled.Validate(doc).(*jsonschema.ValidationError)
+	if ve == nil {
 		return
 	}
 	var found []schemaProblem
-	s.explain(ve, doc, fromYAML, &found)
-	// The library's order follows Go's map order; a field comes before the
-	// fields inside it, whose problems its own would silence.
-	slices.SortStableFunc(found, func(a, b schemaProblem) int {
-		return cmp.Or(cmp.Compare(a.field, b.field), cmp.Compare(a.rank, b.rank))
-	})
+	loadRoutesSchema().explain(ve, doc, fromYAML, &found)
+	// By field, not in the library's map order: a field comes before the
+	// fields inside it, whose problems its own silences.
+	slices.SortStableFunc(found, func(a, b schemaProblem) int { return cmp.Compare(a.field, b.field) })
 	for _, p := range found {
 		if p.reject {
 			ps.reject(p.field, "%s", p.message)
@@ -175,28 +101,26 @@ func checkSchema(doc any, fromYAML bool, ps *problems) {
 }
 
 // explain turns the library's error tree into problems. A schema object's
-// "errorMessage" (the keyword VS Code's JSON and YAML language servers show
-// too) replaces the messages of everything that fails inside it, but a
-// value of the wrong type.
+// errorMessage replaces the messages of everything that fails inside it,
+// but a value of the wrong type.
 func (s *routesSchema) explain(e *jsonschema.ValidationError, doc any, fromYAML bool, out *[]schemaProblem) {
 	field, value := locate(doc, e.InstanceLocation)
-	node := s.node(e.SchemaURL)
-	report := func(field string, rank int, reject bool, format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
+	report := func(field string, reject bool, format string, args ...any) {
 		if field == "" {
-			msg = "the configuration " + msg
+			format = "the configuration " + format
 		}
-		*out = append(*out, schemaProblem{field: field, message: msg, rank: rank, reject: reject})
+		*out = append(*out, schemaProblem{field, fmt.Sprintf(format, args...), reject})
 	}
 	_, isObject := value.(map[string]any)
 	_, isList := value.([]any)
 	scalar := !isObject && !isList
+	_, at, _ := strings.Cut(e.SchemaURL, "#")
+	at, _ = url.PathUnescape(at) // the schema's JSON Pointer, which the library percent-encodes
 	if k, ok := e.ErrorKind.(*kind.Type); ok {
-		report(field, 1, true, "must be %s, not %s%s", typeNames(k.Want), describe(field, value), yamlHint(fromYAML, k.Want, value))
+		report(field, true, "must be %s, not %s%s", typeNames(k.Want), describe(field, value), yamlHint(fromYAML, k.Want, value))
 		return
-	}
-	if msg, ok := node["errorMessage"].(string); ok {
-		report(field, 2, scalar, "%s%s", msg, got(field, value))
+	} else if msg, ok := s.messages[at]; ok {
+		report(field, scalar, "%s%s", msg, got(field, value))
 		return
 	}
 	for _, c := range e.Causes {
@@ -208,59 +132,36 @@ func (s *routesSchema) explain(e *jsonschema.ValidationError, doc any, fromYAML 
 	switch k := e.ErrorKind.(type) {
 	case *kind.Required:
 		for _, name := range k.Missing {
-			report(joinPath(field, name), 2, true, "is required")
+			report(joinPath(field, name), true, "is required")
 		}
 	case *kind.AdditionalProperties:
-		at := schemaPointer(e.SchemaURL)
-		targetType, _ := value.(map[string]any)["type"].(string)
+		targetType, _ := strings.CutPrefix(at, "/$defs/")
 		for _, name := range k.Properties {
-			rank, msg := 0, s.unknownField(at, field, targetType, name)
-			switch {
-			case at == "/$defs/target":
-				rank = 1 // the list of the target's type, if it has one, says more
-			case at == "/$defs/"+targetType && slices.Contains(s.order["/$defs/target"], name):
-				msg = s.foreignField(name, targetType)
+			msg := s.unknownField(at, name)
+			switch typ, _ := value.(map[string]any)["type"].(string); {
+			case at == "/$defs/target" && slices.Contains(targetKinds, typ):
+				continue // the type's own list says more
+			case slices.Contains(targetKinds, targetType) && slices.Contains(s.order["/$defs/target"], name):
+				owners := slices.DeleteFunc(slices.Clone(targetKinds), func(t string) bool { return !slices.Contains(s.order["/$defs/"+t], name) })
+				msg = fmt.Sprintf("is a field of %s targets, not of %s", strings.Join(owners, " and "), objectNames[at])
 			}
-			report(joinPath(field, name), rank, true, "%s", msg)
+			report(joinPath(field, name), true, "%s", msg)
 		}
-	case *kind.Enum:
-		report(field, 2, scalar, "must be %s%s", alternatives(k.Want), got(field, value))
-	case *kind.Minimum:
-		report(field, 2, scalar, "must be at least %s%s", k.Want.RatString(), got(field, value))
-	case *kind.Maximum:
-		report(field, 2, scalar, "must be at most %s%s", k.Want.RatString(), got(field, value))
-	case *kind.Pattern:
-		report(field, 2, scalar, "must match the pattern %s%s", k.Want, got(field, value))
 	default:
-		// The library's own message may quote the value.
 		msg := "breaks the rule " + pointer(e.ErrorKind.KeywordPath())
-		if !sensitive(field) {
+		if !sensitive(field) { // else the library's own message may quote the value
 			msg = strings.Join(strings.Fields(k.LocalizedString(printer)), " ")
 		}
-		report(field, 2, scalar, "%s", msg)
+		report(field, scalar, "%s", msg)
 	}
 }
 
-// foreignField explains a field of other target types.
-func (s *routesSchema) foreignField(name, targetType string) string {
-	var owners []string
-	for _, t := range s.list("/$defs/target/properties/type", "enum") {
-		if slices.Contains(s.targetFields(t), name) {
-			owners = append(owners, t)
-		}
-	}
-	return fmt.Sprintf("is a field of %s targets, not of %s %s target", strings.Join(owners, " and "), article(targetType), targetType)
-}
-
-// unknownField explains a field the schema does not have, suggesting the
-// name that was probably meant.
-func (s *routesSchema) unknownField(pointer, objField, targetType, name string) string {
-	fields, what := s.order[pointer], objectName(objField)
-	if own := s.targetFields(targetType); own != nil && strings.HasSuffix(objField, ".target") {
-		fields, what = own, article(targetType)+" "+targetType+" target"
-	}
-	suggestion, closest := "", 3 // suggest names at most 2 edits away
-	for _, f := range fields {
+// unknownField explains a field the schema object at a pointer does not
+// have, suggesting the name meant: one differing only in case, or by at
+// most two edits (Levenshtein distance) in a name of four letters or more.
+func (s *routesSchema) unknownField(at, name string) string {
+	suggestion, closest := "", 3
+	for _, f := range s.order[at] {
 		if strings.EqualFold(f, name) {
 			suggestion = fmt.Sprintf(" (did you mean %q? names are case-sensitive)", f)
 			break
@@ -269,27 +170,18 @@ func (s *routesSchema) unknownField(pointer, objField, targetType, name string) 
 			suggestion, closest = fmt.Sprintf(" (did you mean %q?)", f), d
 		}
 	}
-	// A misspelt signing_secret_env is a typo, not an inline secret.
-	if suggestion == "" && looksLikeSecret(name) {
+	if suggestion == "" && looksLikeSecret(name) { // a misspelt signing_secret_env is a typo, not an inline secret
 		return secretsInline
 	}
-	return fmt.Sprintf("unknown field %q%s; the fields of %s are %s", name, suggestion, what, strings.Join(fields, ", "))
+	return fmt.Sprintf("unknown field %q%s; the fields of %s are %s", name, suggestion,
+		cmp.Or(objectNames[at], "a "+at[strings.LastIndexByte(at, '/')+1:]), strings.Join(s.order[at], ", "))
 }
 
-// objectName names an object of the configuration by its path.
-func objectName(field string) string {
-	switch {
-	case field == "":
-		return "the configuration"
-	case strings.HasSuffix(field, "]"):
-		return "a route"
-	case strings.HasSuffix(field, ".retry"):
-		return "a retry policy"
-	}
-	return "a " + field[strings.LastIndexByte(field, '.')+1:]
-}
+// objectNames name the objects of the schema, by JSON Pointer.
+var objectNames = map[string]string{"": "the configuration", "/$defs/route": "a route", "/$defs/match": "a match", "/$defs/retry": "a retry policy",
+	"/$defs/target": "a target", "/$defs/sns": "an sns target", "/$defs/eventbridge": "an eventbridge target", "/$defs/http": "an http target", "/$defs/lambda": "a lambda target"}
 
-// locate returns the field path of an instance location and the value there.
+// locate returns the field path of an instance location, and its value.
 func locate(doc any, location []string) (field string, value any) {
 	value = doc
 	for _, tok := range location {
@@ -309,16 +201,12 @@ var simpleKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // joinPath appends an object key to a field path: routes[0].target.url.
 func joinPath(path, key string) string {
 	if !simpleKey.MatchString(key) {
-		return fmt.Sprintf("%s[%s]", path, strconv.Quote(key))
+		return path + "[" + strconv.Quote(key) + "]"
 	}
-	if path == "" {
-		return key
-	}
-	return path + "." + key
+	return strings.TrimPrefix(path+"."+key, ".")
 }
 
-// describe names a JSON value with its type, for a type error; a field's
-// string that may be a credential is not quoted.
+// describe names a value with its type.
 func describe(field string, v any) string {
 	switch v := v.(type) {
 	case map[string]any:
@@ -338,7 +226,8 @@ func describe(field string, v any) string {
 	return "null"
 }
 
-// got quotes the value a rule refused, unless it may be a credential.
+// got quotes the value a rule refused, unless it is sensitive: a URL, a
+// header's value, a field named like a secret (an ARN is an address).
 func got(field string, v any) string {
 	switch v := v.(type) {
 	case string:
@@ -351,58 +240,41 @@ func got(field string, v any) string {
 	return ""
 }
 
-// sensitive reports whether a field's value may hold a credential, and so
-// is never quoted: a URL, a header's value, a field named like a secret (a
-// secret's ARN is only its address).
 func sensitive(field string) bool {
 	last := field[strings.LastIndexAny(field, ".[")+1:]
-	return last == "url" || strings.Contains(field, ".headers") ||
-		(looksLikeSecret(last) && !strings.HasSuffix(last, "_arn"))
+	return last == "url" || strings.Contains(field, ".headers") || (looksLikeSecret(last) && !strings.HasSuffix(last, "_arn"))
 }
 
+var typeName = map[string]string{"object": "an object", "array": "a list", "string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean", "null": "null"}
+
 func typeNames(want []string) string {
-	names := map[string]string{"object": "an object", "array": "a list", "string": "a string", "integer": "an integer",
-		"number": "a number", "boolean": "true or false", "null": "null"}
-	if len(want) > 1 {
-		names["boolean"] = "a boolean"
+	if slices.Equal(want, []string{"boolean"}) {
+		return "true or false"
 	}
 	out := make([]string, len(want))
 	for i, w := range want {
-		out[i] = names[w]
+		out[i] = typeName[w]
 	}
 	return strings.Join(out, " or ")
 }
 
+// yamlHint explains a YAML value read as another type than a string.
 func yamlHint(fromYAML bool, want []string, v any) string {
 	if !fromYAML || !slices.Contains(want, "string") {
 		return ""
 	}
 	switch v.(type) {
 	case bool, json.Number:
-		return `; YAML reads unquoted yes, no, on, off, true, false and numbers as such: quote the value`
+		return "; YAML reads unquoted true, false and numbers as such: quote the value"
 	case map[string]any:
-		return `; in YAML a value that starts with { is a mapping: quote it`
+		return "; in YAML a value that starts with { is a mapping: quote it"
 	}
 	return ""
 }
 
-// alternatives lists an enum: "skip" or "park".
-func alternatives(values []any) string {
-	quoted := make([]string, len(values))
-	for i, v := range values {
-		b, _ := json.Marshal(v)
-		quoted[i] = string(b)
-	}
-	if len(quoted) < 2 {
-		return strings.Join(quoted, "")
-	}
-	return strings.Join(quoted[:len(quoted)-1], ", ") + " or " + quoted[len(quoted)-1]
-}
-
 func truncateQuoted(s string) string {
-	const limit = 64
-	if len(s) > limit {
-		return strconv.Quote(s[:limit]) + "…"
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + "…"
 	}
 	return strconv.Quote(s)
 }

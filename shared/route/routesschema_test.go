@@ -1,6 +1,7 @@
 package route
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -43,7 +44,7 @@ func reference(t testing.TB) []fieldDoc {
 	var out []fieldDoc
 	var walk func(owner, prefix string)
 	walk = func(owner, prefix string) {
-		def := s.node("#" + owner)
+		def := schemaNode(owner)
 		props, _ := def["properties"].(map[string]any)
 		for _, name := range s.order[owner] {
 			node, _ := props[name].(map[string]any)
@@ -58,14 +59,14 @@ func reference(t testing.TB) []fieldDoc {
 			if owner == "/$defs/target" {
 				var owners []string
 				for _, typ := range targetTypes() {
-					if slices.Contains(s.targetFields(typ), name) {
+					if slices.Contains(s.order["/$defs/"+typ], name) {
 						owners = append(owners, typ)
 					}
 				}
 				if len(owners) < len(targetTypes()) {
 					f.Target = strings.Join(owners, ", ")
 					for _, typ := range owners {
-						f.Required = f.Required || slices.Contains(stringList(s.node("#/$defs/" + typ)["required"]), name)
+						f.Required = f.Required || slices.Contains(stringList(schemaNode("/$defs/" + typ)["required"]), name)
 					}
 				}
 			}
@@ -176,17 +177,25 @@ func TestEveryFieldIsDescribed(t *testing.T) {
 // Route names and match patterns follow the producer's rule on names.
 func TestSchemaNameRuleIsOutboxs(t *testing.T) {
 	t.Parallel()
-	if got, want := loadRoutesSchema().node("#/$defs/name")["pattern"], outbox.NamePattern.String(); got != want {
+	if got, want := schemaNode("/$defs/name")["pattern"], outbox.NamePattern.String(); got != want {
 		t.Errorf("the schema's name pattern is %q, outbox.NamePattern %q", got, want)
 	}
 }
 
 // decodedPaths lists the field paths of a decoding struct, as reference
-// writes them, with each field's Go type.
+// writes them, with each field's Go type. The fields of an embedded struct
+// (Route in routeConfig) are decoded as its own.
 func decodedPaths(t reflect.Type, prefix string, out map[string]reflect.Type) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case !f.IsExported() || name == "-":
+			continue
+		case f.Anonymous:
+			decodedPaths(f.Type, prefix, out)
+			continue
+		}
 		path := name
 		if prefix != "" {
 			path = prefix + "." + name
@@ -352,86 +361,6 @@ func TestFieldsRequiredAndDefaultsAreTrue(t *testing.T) {
 	}
 }
 
-// referenceLine is a field's line in the reference table of doc.go.
-func referenceLine(f fieldDoc) string {
-	var tail []string
-	switch {
-	case f.Required:
-		tail = append(tail, "required")
-	case f.Default != "":
-		tail = append(tail, "default "+f.Default)
-	}
-	if f.Target != "" {
-		tail = append(tail, "("+f.Target+")")
-	}
-	return strings.TrimRight(fmt.Sprintf("%-36s %-13s %s", f.Path, f.Type, strings.Join(tail, " ")), " ")
-}
-
-// docComment returns doc.go's package comment without the comment markers.
-func docComment(t *testing.T) []string {
-	t.Helper()
-	src, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for line := range strings.SplitSeq(string(src), "\n") {
-		if rest, ok := strings.CutPrefix(line, "//"); ok {
-			lines = append(lines, strings.TrimPrefix(rest, " "))
-		}
-	}
-	return lines
-}
-
-// codeBlock returns the indented block that follows the line intro.
-func codeBlock(t *testing.T, lines []string, intro string) string {
-	t.Helper()
-	i := slices.Index(lines, intro)
-	if i < 0 {
-		t.Fatalf("doc.go has no line %q", intro)
-	}
-	var block []string
-	for _, line := range lines[i+2:] { // skip the blank line after intro
-		text, ok := strings.CutPrefix(line, "\t")
-		if !ok {
-			break
-		}
-		block = append(block, text)
-	}
-	return strings.Join(block, "\n")
-}
-
-func TestDocReferenceMatchesTheSchema(t *testing.T) {
-	t.Parallel()
-	var want []string
-	for _, f := range reference(t) {
-		want = append(want, referenceLine(f))
-	}
-	got := codeBlock(t, docComment(t), "Every field, its JSON type, and whether it is required or its default:")
-	if got != strings.Join(want, "\n") {
-		t.Errorf("the reference table in doc.go is out of date; it should read:\n\n%s", "//\t"+strings.Join(want, "\n//\t"))
-	}
-}
-
-func TestDocExamplesParse(t *testing.T) {
-	t.Parallel()
-	lines := docComment(t)
-	fromJSON, err := Parse([]byte(codeBlock(t, lines, "The example in JSON:")), Options{})
-	if err != nil {
-		t.Fatalf("the JSON example: %v", err)
-	}
-	fromYAML, err := Parse([]byte(codeBlock(t, lines, "The same in YAML:")), Options{})
-	if err != nil {
-		t.Fatalf("the YAML example: %v", err)
-	}
-	if a, b := describeTable(fromJSON), describeTable(fromYAML); a != b {
-		t.Errorf("the examples differ:\nJSON: %s\nYAML: %s", a, b)
-	}
-	if len(fromJSON.Routes) != 4 {
-		t.Errorf("the example has %d routes, want one per target type", len(fromJSON.Routes))
-	}
-}
-
 // markdownReference renders the schema's fields as the README's table.
 func markdownReference(t *testing.T) string {
 	var b strings.Builder
@@ -475,7 +404,7 @@ func TestREADMEReferenceMatchesTheSchema(t *testing.T) {
 // every non-negative duration.
 func TestSchemaDurationIsGos(t *testing.T) {
 	t.Parallel()
-	pattern := regexp.MustCompile(loadRoutesSchema().node("#/$defs/duration")["pattern"].(string))
+	pattern := regexp.MustCompile(schemaNode("/$defs/duration")["pattern"].(string))
 	for _, s := range []string{"0", "+0", "0s", "1h30m", "500ms", "1.5h", ".5s", "1.s", "+5s", "1us", "1µs", "1μs", "2h45m30.5s",
 		"", "5", "s", ".s", "1.5", "1 s", "1S", "1d", "soon", "1h-5m", "--1s", "1e3s", "0x10s", " 1s", "1s "} {
 		d, err := time.ParseDuration(s)
@@ -483,4 +412,96 @@ func TestSchemaDurationIsGos(t *testing.T) {
 			t.Errorf("%q: the schema's pattern says %v, time.ParseDuration %v (%v)", s, matches, parses, err)
 		}
 	}
+}
+
+// The schema as a test reads it.
+
+// schemaNode returns the object of the routes schema at a JSON Pointer
+// ("/$defs/route"), its numbers as written.
+func schemaNode(pointer string) map[string]any {
+	dec := json.NewDecoder(bytes.NewReader(routesSchemaJSON))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		panic(err) // Parse compiles the same schema
+	}
+	for _, tok := range strings.Split(pointer, "/")[1:] {
+		v = v.(map[string]any)[tok]
+	}
+	node, _ := v.(map[string]any)
+	return node
+}
+
+// targetTypes are the target types of the schema's enum.
+func targetTypes() []string {
+	return stringList(schemaNode("/$defs/target/properties/type")["enum"])
+}
+
+// The code's list of target types is the schema's.
+func TestTargetKindsAreTheSchemas(t *testing.T) {
+	t.Parallel()
+	if !slices.Equal(targetKinds, targetTypes()) {
+		t.Errorf("targetKinds = %v, the schema's enum %v", targetKinds, targetTypes())
+	}
+}
+
+// payloadMaxima are the largest max_payload_bytes by target type, from the
+// route's branches of the schema.
+func payloadMaxima(t testing.TB) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, b := range payloadBranches(t) {
+		out[b.targetType] = b.maximum
+	}
+	return out
+}
+
+type payloadBranch struct {
+	targetType        string
+	maximum, fallback int
+}
+
+func payloadBranches(t testing.TB) []payloadBranch {
+	t.Helper()
+	var route struct {
+		AllOf []struct {
+			If struct {
+				Properties struct {
+					Target struct {
+						Properties struct {
+							Type struct {
+								Const string `json:"const"`
+							} `json:"type"`
+						} `json:"properties"`
+					} `json:"target"`
+				} `json:"properties"`
+			} `json:"if"`
+			Then struct {
+				Properties struct {
+					MaxPayloadBytes struct {
+						Maximum int `json:"maximum"`
+						Default int `json:"default"`
+					} `json:"max_payload_bytes"`
+				} `json:"properties"`
+			} `json:"then"`
+		} `json:"allOf"`
+	}
+	var schema struct {
+		Defs map[string]json.RawMessage `json:"$defs"`
+	}
+	if err := json.Unmarshal(routesSchemaJSON, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(schema.Defs["route"], &route); err != nil {
+		t.Fatal(err)
+	}
+	var out []payloadBranch
+	for _, b := range route.AllOf {
+		mp := b.Then.Properties.MaxPayloadBytes
+		out = append(out, payloadBranch{b.If.Properties.Target.Properties.Type.Const, mp.Maximum, mp.Default})
+	}
+	if len(out) != len(targetTypes()) {
+		t.Fatalf("the schema has payload limits for %d target types, want %d", len(out), len(targetTypes()))
+	}
+	return out
 }
