@@ -13,9 +13,9 @@ RETURNS TABLE(id uuid, namespace text, topic text, tenant_id text, dedupe_key te
               lease_expires_at timestamptz, created_at timestamptz, payload_bytes int)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
--- One plan per statement and session: planning afresh on every call cost a
--- hot key's claim of 100 more than running it (2.0 ms against 1.5 ms with
--- the plan cached). A generic plan cannot see the LIMIT, and would walk the
+-- One plan per statement and session: planning afresh on every call costs a
+-- small claim more than running it (docs/PERFORMANCE.md). A generic plan
+-- cannot see the LIMIT, and would walk the
 -- queue and sort it; with sequential scans and sorts refused below, every
 -- statement is planned as the walk of its index that it must be (the claim
 -- index in (next_attempt_at, id) order, a key's run in sequence order, the
@@ -23,8 +23,7 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
 -- Every statement here reads at most p_batch_size heads and their runs by
--- index, which a JIT compilation (tens of milliseconds, not cached between
--- calls) never repays. The planner cannot know that: it estimates the runs
+-- index, which a JIT compilation (not cached between calls) never repays. The planner cannot know that: it estimates the runs
 -- behind the heads from the table's statistics, and one long key (a stuck
 -- head with its backlog) lifts the estimate past jit_above_cost.
 SET jit = off

@@ -510,7 +510,7 @@ BEGIN
     -- while this one may still be delivering them. Only runs whose last
     -- message did not leave in this call are looked at (v_run_*): the
     -- dispatcher records a run whole, and a probe of a key whose messages
-    -- were just deleted steps over each of them (35 us a run).
+    -- were just deleted steps over each of them.
     IF v_run_ns IS NOT NULL THEN
         WITH heirs AS (
             SELECT n.id, x.through, x.token, x.until

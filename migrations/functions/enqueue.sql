@@ -21,7 +21,7 @@ DECLARE
     -- with a SET clause on a setting no extension defines, and RDS's master
     -- user is none. An error leaves it on only in a transaction or
     -- savepoint that is aborted, which resets it. Set by assignment: a
-    -- PERFORM is a query, four times the cost.
+    -- PERFORM is a query, dearer.
     v_single text := set_config('outbox.enqueue_single', 'on', true);
     -- What enqueue_batch refuses of a document that would take too long to
     -- write out as text (see payload_problem), refused before it is.

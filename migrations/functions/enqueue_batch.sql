@@ -27,7 +27,7 @@ SET plan_cache_mode = auto
 -- nearly empty would scan it in full until the next ANALYZE (20,000 rows
 -- later, for outbox.pending): never scan a table where an index will do.
 -- That makes a plan's cost look huge, which must not buy it a JIT
--- compilation (100 ms and more for a statement of microseconds).
+-- compilation, far dearer than the statement (docs/PERFORMANCE.md).
 SET enable_seqscan = off
 SET jit = off
 AS $$
@@ -125,12 +125,11 @@ BEGIN
 
     -- Every check, and the parse of payloads and headers for the insert, in
     -- one pass; the first message at fault is named. A payload is parsed
-    -- only once it is known not to be over the limit. The name patterns are
-    -- unbounded with a separate length check: PostgreSQL's regular
-    -- expressions are ten times slower with {0,127}. A document PostgreSQL
-    -- cannot store (bad syntax, \u0000, a lone surrogate, a number beyond
-    -- numeric) fails the parse; the handler finds which. The block only
-    -- reads, so its subtransaction takes no transaction id.
+    -- only when its text is not far over the limit, and measured as stored
+    -- only once nothing refuses it. A document PostgreSQL cannot store (bad
+    -- syntax, \u0000, a lone surrogate, a number beyond numeric) fails the
+    -- parse; the handler finds which. The block only reads, so its
+    -- subtransaction takes no transaction id.
     BEGIN
         SELECT ARRAY[(array_agg(x.i::text ORDER BY x.i) FILTER (WHERE x.problem IS NOT NULL))[1],
                      (array_agg(x.problem[1] ORDER BY x.i) FILTER (WHERE x.problem IS NOT NULL))[1],

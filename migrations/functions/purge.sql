@@ -8,7 +8,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_custom_plan
 -- A batch's per-row probes make its plans' costs look huge; compiling them
--- (350 ms for the dedupe purge of 10,000 rows) costs more than running them.
+-- costs more than running them (docs/PERFORMANCE.md).
 SET jit = off
 AS $$
 #variable_conflict use_column

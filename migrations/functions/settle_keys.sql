@@ -17,7 +17,7 @@ SET plan_cache_mode = auto
 -- nearly empty would scan it in full until the next ANALYZE (20,000 rows
 -- later, for outbox.pending): never scan a table where an index will do.
 -- That makes a plan's cost look huge, which must not buy it a JIT
--- compilation (100 ms and more for a statement of microseconds).
+-- compilation, far dearer than the statement (docs/PERFORMANCE.md).
 SET enable_seqscan = off
 SET jit = off
 AS $$

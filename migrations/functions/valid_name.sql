@@ -1,8 +1,8 @@
 -- valid_name is the one rule for a namespace or topic: 1-128 bytes of
 -- letters, digits and . _ : / -, starting with a letter or digit (the Go
 -- producer's NamePattern). Inlined into its callers. The pattern has no
--- {0,127}: PostgreSQL's regular expressions are ten times slower with it,
--- so the length is checked apart.
+-- {0,127}: PostgreSQL's regular expressions are far slower with a bounded
+-- repetition (docs/PERFORMANCE.md), so the length is checked apart.
 CREATE OR REPLACE FUNCTION outbox.valid_name(p_name text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
