@@ -100,6 +100,10 @@ export SOAK_MESSAGES SOAK_KILLS SOAK_RESTARTS SOAK_BURSTS SOAK_DISPATCHERS SOAK_
 soak: ## Fault-injection soak: 1,000,000 messages (SOAK_MESSAGES=n for fewer) through 8 real dispatch processes, with kills, PostgreSQL restarts and a failing target; prints the figures (docs/RELIABILITY.md)
 	$(GO) run ./shared/testkit/soak/cmd/soak
 
+.PHONY: statemachine
+statemachine: ## The SQL state machine's concurrency invariant harness for minutes: 10 seeds x 30 s on $OUTBOX_TEST_DATABASE_URL and on a throwaway cluster with autovacuum on (ARGS="-seed N -seeds 1 -cluster host -v" replays one)
+	$(GO) run ./shared/testkit/statemachine/cmd/statemachine $(ARGS)
+
 FUZZTIME ?= 30s
 # package:target, every fuzz target of the module; plain `go test` replays
 # their seed corpora (f.Add and testdata/fuzz) as regression tests.
