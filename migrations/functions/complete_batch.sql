@@ -95,6 +95,9 @@ DECLARE
     -- write (their keys).
     v_until    timestamptz;
     v_loose    int;
+    -- Keys whose head stays pending (rescheduled or given back).
+    v_stay_ns  text[];
+    v_stay_ok  text[];
     v_nestloop text := current_setting('enable_nestloop');
     v_mergejoin text := current_setting('enable_mergejoin');
     v_recorded bigint;
@@ -438,10 +441,18 @@ BEGIN
             SELECT t.removed + t.rescheduled + t.released, e.ids, e.ords, e.statuses, k.namespaces, k.keys,
                    k.run_ns, k.run_ok, k.run_seq, k.run_through, k.run_token, k.run_until,
                    (SELECT min(l.lease_expires_at) FROM leases l),
-                   (SELECT count(*) FROM keys y WHERE y.last_behind > coalesce(y.through, 0))
+                   (SELECT count(*) FROM keys y WHERE y.last_behind > coalesce(y.through, 0)),
+                   -- Heads given back or rescheduled stay heads: settled too,
+                   -- in case a message replayed behind them goes first.
+                   (SELECT array_agg(l.namespace) FROM leases l
+                    WHERE l.ordering_key IS NOT NULL AND l.lease_token IS NOT NULL
+                      AND l.id NOT IN (SELECT x.id FROM removed x)),
+                   (SELECT array_agg(l.ordering_key) FROM leases l
+                    WHERE l.ordering_key IS NOT NULL AND l.lease_token IS NOT NULL
+                      AND l.id NOT IN (SELECT x.id FROM removed x))
               INTO v_recorded, v_ids, v_ords, v_statuses, v_key_ns, v_key_ok,
                    v_run_ns, v_run_ok, v_run_seq, v_run_through, v_run_token, v_run_until,
-                   v_until, v_loose
+                   v_until, v_loose, v_stay_ns, v_stay_ok
               FROM tally t,
                    (SELECT array_agg(e.id ORDER BY e.ord) AS ids, array_agg(e.ord::int ORDER BY e.ord) AS ords,
                            array_agg(e.status ORDER BY e.ord) AS statuses
@@ -537,8 +548,12 @@ BEGIN
         WHERE p.id = h.id AND p.lease_token IS NULL;
     END IF;
 
-    -- A key whose message left pending has a new head (or is parked); a key
-    -- a producer is committing to right now is left to the next claim.
+    -- A key whose message left pending has a new head (or is parked), and
+    -- one whose head was rescheduled or given back may have a replayed
+    -- message to put first; a key a producer is committing to right now is
+    -- left to the next claim.
+    v_key_ns := v_key_ns || v_stay_ns;
+    v_key_ok := v_key_ok || v_stay_ok;
     IF v_key_ok IS NOT NULL THEN
         PERFORM outbox.settle_keys(v_key_ns, v_key_ok, false);
     END IF;

@@ -13,8 +13,8 @@ AS $$
 -- messages no dispatcher holds (unleased, or their lease expired). Each gets
 -- a DISCARDED attempt naming the operator given, the database login and the
 -- reason; a parked key whose dead head is discarded continues with its next
--- message. A message leased right now is left alone (not returned): try
--- again when its delivery attempt is over.
+-- message. A message leased right now, or being recorded, is left alone
+-- (not returned): try again when its delivery attempt is over.
 #variable_conflict use_column
 DECLARE
     v_now    timestamptz := clock_timestamp();
@@ -22,6 +22,7 @@ DECLARE
     v_from   text[];
     v_key_ns text[];
     v_key_ok text[];
+    v_free   uuid[];
 BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'outbox.discard: a reason is required; it is kept in the attempts archive' USING ERRCODE = '22023';
@@ -45,6 +46,12 @@ BEGIN
     ORDER BY h.namespace, h.ordering_key
     FOR UPDATE OF h;
 
+    -- The pending messages named, unless someone holds one right now (a
+    -- completion recording it): it is left alone like a leased one, and
+    -- discard never waits for a completion that may be waiting for it.
+    v_free := ARRAY(SELECT p.id FROM outbox.pending p WHERE p.id = ANY (p_message_ids)
+                    ORDER BY p.id FOR UPDATE OF p SKIP LOCKED);
+
     WITH from_dead AS (
         DELETE FROM outbox.dead d WHERE d.id = ANY (p_message_ids)
         RETURNING d.id, d.namespace, d.topic, d.tenant_id, d.dedupe_key, d.ordering_key, d.sequence_id,
@@ -52,7 +59,7 @@ BEGIN
     ),
     from_pending AS (
         DELETE FROM outbox.pending p
-        WHERE p.id = ANY (p_message_ids) AND (p.lease_token IS NULL OR p.lease_expires_at <= v_now)
+        WHERE p.id = ANY (v_free) AND (p.lease_token IS NULL OR p.lease_expires_at <= v_now)
           -- Nor a message of a run leased with its head.
           AND NOT EXISTS (SELECT 1 FROM outbox.pending h
                           WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key

@@ -193,12 +193,17 @@ BEGIN
         FROM removed x
     )
     SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM run_rows) + (SELECT count(*) FROM removed),
-           (SELECT array_agg(x.namespace) FROM removed x WHERE x.ordering_key IS NOT NULL),
-           (SELECT array_agg(x.ordering_key) FROM removed x WHERE x.ordering_key IS NOT NULL)
+           (SELECT array_agg(x.namespace) FROM (SELECT y.namespace, y.ordering_key FROM removed y
+                                                UNION ALL SELECT q.namespace, q.ordering_key FROM requeued q) x
+            WHERE x.ordering_key IS NOT NULL),
+           (SELECT array_agg(x.ordering_key) FROM (SELECT y.namespace, y.ordering_key FROM removed y
+                                                   UNION ALL SELECT q.namespace, q.ordering_key FROM requeued q) x
+            WHERE x.ordering_key IS NOT NULL)
       INTO v_repaired, v_key_ns, v_key_ok;
 
-    -- A key whose message died here has a new head, or is parked (its lock
-    -- is already this transaction's).
+    -- A key whose message died here has a new head, or is parked, and one
+    -- whose head was requeued may have a replayed message to put first (its
+    -- lock is already this transaction's).
     IF v_key_ok IS NOT NULL THEN
         PERFORM outbox.settle_keys(v_key_ns, v_key_ok, false);
     END IF;
