@@ -332,6 +332,29 @@ func functionSources() ([]functionFile, error) {
 	return out, nil
 }
 
+// FunctionSQL is the SQL the migrator applies for function file name
+// (functions/name.sql) with its fragments in place; a fragment named in
+// override is replaced by the text given, for tests that swap a broken
+// piece of the state machine in (the lease fence) and show it is caught.
+func FunctionSQL(name string, override map[string]string) (string, error) {
+	fragments, err := readFragments()
+	if err != nil {
+		return "", err
+	}
+	for k, v := range override {
+		if _, ok := fragments[k]; !ok {
+			return "", fmt.Errorf("migrations: no fragment %q to override", k)
+		}
+		fragments[k] = v
+	}
+	file := FunctionsDir + "/" + name + ".sql"
+	b, err := fs.ReadFile(files, file)
+	if err != nil {
+		return "", fmt.Errorf("migrations: %w", err)
+	}
+	return expand(file, string(b), fragments)
+}
+
 // readFragments is the fragments by name, each without its leading comment
 // lines (which say what it is for) and trailing newline.
 func readFragments() (map[string]string, error) {

@@ -13,6 +13,8 @@
 //   - publishtest: the conformance suite every publisher passes.
 //   - emftest: reads back Embedded Metric Format records.
 //   - soak: the fault-injection soak (and its command, soak/cmd/soak).
+//   - statemachine: the SQL state machine's concurrency invariant harness
+//     (and its command, statemachine/cmd/statemachine; make statemachine).
 //   - workload, deploybench: the deployment benchmark's load and its
 //     command.
 //

@@ -1,5 +1,30 @@
 package statemachine
 
+import (
+	"fmt"
+
+	"github.com/outboxkit/dispatcher/migrations"
+)
+
+// BrokenFence is complete_batch as the migrator builds it, with a lease
+// fence that checks a lease is live but not whose it is (neither the
+// worker nor the token): any worker may then record outcomes for rows
+// another worker holds (invariant 1). It is the real function with one
+// fragment swapped, so it shows that the harness catches a broken fence,
+// not a hand-written stand-in.
+func BrokenFence() (string, error) {
+	sql, err := migrations.FunctionSQL("complete_batch", map[string]string{"lease_fence": `(p.lease_expires_at > v_now
+ OR p.lease_token IS NULL
+    AND EXISTS (SELECT 1 FROM outbox.pending h
+                WHERE h.namespace = p.namespace AND h.ordering_key = p.ordering_key AND NOT h.behind
+                  AND h.sequence_id < p.sequence_id AND h.run_through >= p.sequence_id
+                  AND h.lease_expires_at > v_now))`})
+	if err != nil {
+		return "", fmt.Errorf("statemachine: build the broken fence: %w", err)
+	}
+	return "SET ROLE outbox_owner; SET check_function_bodies = off;\n" + sql + "\nRESET ROLE;", nil
+}
+
 // Deliberately broken functions, for showing that the harness catches what
 // they break (Config.Prepare with PrepareSQL, or cmd/statemachine -mutant).
 // Each replaces a function of the outbox with the same signature, owner

@@ -147,6 +147,28 @@ func TestCatchesACompletionWithoutAFence(t *testing.T) {
 	}
 }
 
+// The harness catches the real completion with its fence broken: the
+// lease fence fragment swapped for one that checks a lease is live but not
+// whose it is, completions by a worker that does not hold the lease write.
+func TestCatchesABrokenFence(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	broken, err := statemachine.BrokenFence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := short(db.URL, 13)
+	cfg.Prepare = statemachine.PrepareSQL(broken)
+	cfg.Weights = map[string]float64{"complete as another worker": 5}
+	caught := func(v statemachine.Violation) bool { return v.Invariant == statemachine.InvStaleWriter }
+	// It stops when caught; the steps are a ceiling, not a measure.
+	cfg.StopWhen, cfg.Duration, cfg.Steps = caught, 0, 3000
+	rep := play(t, cfg, "")
+	if !found(rep, caught) {
+		t.Errorf("seed %d: no outcome by a worker without the lease reported with the fence broken:\n%s", cfg.Seed, violations(rep))
+	}
+}
+
 func found(rep *statemachine.Report, match func(statemachine.Violation) bool) bool {
 	for _, v := range rep.Violations {
 		if match(v) {
