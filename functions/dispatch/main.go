@@ -1,6 +1,6 @@
 // Command dispatch is the scheduled dispatch function: each invocation claims
 // leased batches from the outbox and delivers them to their routes' targets
-// (DESIGN.md §4).
+// (docs/ARCHITECTURE.md).
 //
 // Wiring only: the configuration is read from the environment and
 // validated, the pool and clients built once per cold start, then the

@@ -153,7 +153,7 @@ type Request struct {
 	Log *slog.Logger
 }
 
-// Summary is a run's answer (DESIGN.md §4).
+// Summary is a run's answer, the dispatch function's JSON summary.
 type Summary struct {
 	WorkerID  string `json:"worker_id"`
 	Batches   int    `json:"batches"`

@@ -9,7 +9,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 )
 
-// The dispatch function's answer is a contract (DESIGN.md §4): callers,
+// The dispatch function's answer is a contract: callers,
 // the soak and the end-to-end tests decode it into dispatch.Summary, so
 // its field names are pinned here rather than by a copy of the type.
 func TestSummaryAnswersWithTheDesignsFieldNames(t *testing.T) {

@@ -6,7 +6,7 @@
 // links only what it runs (the reaper none of the publishers and their SDK
 // clients). Each handler takes the raw invocation event, validates it (a
 // malformed event gets an *EventError and changes nothing), does one
-// bounded piece of work and answers a JSON summary (DESIGN.md §4).
+// bounded piece of work and answers a JSON summary (docs/ARCHITECTURE.md).
 //
 // The functions' main packages only wire these up; the operator CLI runs the
 // same handlers in-process.

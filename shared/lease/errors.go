@@ -33,7 +33,7 @@ var (
 	ErrDoubleDispatch = errors.New("lease: message already recorded as dispatched (double-delivery backstop)")
 )
 
-// The SQLSTATEs of DESIGN.md §2.
+// The SQLSTATEs of the outbox functions (docs/DATABASE.md).
 const (
 	sqlstateLeaseLost         = "P7002"
 	sqlstateInvalidCompletion = "P7003"

@@ -36,7 +36,7 @@ type Elastic struct {
 }
 
 // Answer is the dispatch function's answer: the runs' summed Summary
-// (DESIGN.md §4), and what lingering and fan-out did.
+// (docs/ARCHITECTURE.md), and what lingering and fan-out did.
 type Answer struct {
 	dispatch.Summary
 	// Generation is the invocation's fan-out generation (0: the

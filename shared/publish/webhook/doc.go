@@ -33,7 +33,7 @@
 //
 // # Outcomes
 //
-// Statuses map in one place (classifyResponse), after DESIGN.md §6:
+// Statuses map in one place (classifyResponse):
 //
 //	2xx                 delivered, target_ref "HTTP <status>"
 //	408                 retryable TIMEOUT

@@ -56,7 +56,7 @@ func parseSecret(s string) ([]byte, error) {
 	return key, nil
 }
 
-// SecretRef says where a route's signing secret lives (DESIGN.md §5:
+// SecretRef says where a route's signing secret lives (secrets are
 // referenced, never inline). Exactly one of Env and ARN is set.
 type SecretRef struct {
 	// Env names an environment variable holding the secret.

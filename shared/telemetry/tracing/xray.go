@@ -342,7 +342,7 @@ func (t *tracingTransport) CloseIdleConnections() {
 }
 
 // restoreTraceHeader puts the caller's X-Amzn-Trace-Id back: a plugin call
-// carries the producer's trace (DESIGN.md §7), not the dispatcher's.
+// carries the producer's trace, not the dispatcher's.
 type restoreTraceHeader struct{ base http.RoundTripper }
 
 func (r restoreTraceHeader) RoundTrip(req *http.Request) (*http.Response, error) {
