@@ -59,6 +59,18 @@
 // each connection rather than SET statements, which would pin RDS Proxy
 // sessions.
 //
+// # Failover
+//
+// After a failover a warm function's pooled connections lead to a server
+// that is gone, or still there but read-only (a demoted primary, or a
+// name that resolves to it until DNS catches up). A statement failing that
+// way (IsFailover: SQLSTATE 25006, 57P01-57P03, class 08; or its connection
+// closed under it) makes the pool drop every connection, so that the next
+// statement connects anew and resolves the host again: pgx looks the host
+// up at each connection, and Go's resolver keeps no cache. The statement
+// that met the failure still fails; the callers' retries (a completion is
+// retried three times) and the next invocation reach the new primary.
+//
 // # Secrets stay out of output
 //
 // Config, and the ConnString it holds, print, marshal and log with the

@@ -73,6 +73,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, c.fail("build the pool for the database", err)
 	}
+	c.failover.pool.Store(pool)
 	if err := c.ping(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
@@ -94,6 +95,8 @@ type connector struct {
 
 	secrets *secretSource // SourceSecretsManager only
 	iam     *iamAuth      // SourceIAM only
+
+	failover *failoverObserver
 }
 
 func newConnector(ctx context.Context, cfg Config, deps Deps) (*connector, error) {
@@ -101,6 +104,7 @@ func newConnector(ctx context.Context, cfg Config, deps Deps) (*connector, error
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	c.failover = &failoverObserver{logger: c.logger}
 	if cfg.SSLRootCert != "" {
 		if _, err := os.Stat(cfg.SSLRootCert); err != nil {
 			return nil, fmt.Errorf("dbpool: %s: cannot read the CA bundle: %w", cfg.Names.SSLRootCert, err)
@@ -262,13 +266,18 @@ func (c *connector) poolConfig() (*pgxpool.Config, error) {
 			return nil
 		}
 	}
+	var tracers []pgx.QueryTracer
+	if theirs := pc.ConnConfig.Tracer; theirs != nil {
+		tracers = append(tracers, theirs)
+	}
 	if c.secrets != nil {
-		observer := &authFailureObserver{rejected: c.secrets.rejected}
-		if pc.ConnConfig.Tracer != nil {
-			pc.ConnConfig.Tracer = multitracer.New(pc.ConnConfig.Tracer, observer)
-		} else {
-			pc.ConnConfig.Tracer = observer
-		}
+		tracers = append(tracers, &authFailureObserver{rejected: c.secrets.rejected})
+	}
+	tracers = append(tracers, c.failover)
+	if len(tracers) == 1 {
+		pc.ConnConfig.Tracer = tracers[0]
+	} else {
+		pc.ConnConfig.Tracer = multitracer.New(tracers...)
 	}
 	return pc, nil
 }
