@@ -936,11 +936,15 @@ func TestFanOutIsBoundedByReservedConcurrencyAndScopedToItself(t *testing.T) {
 	vars := props.get("Environment", "Variables")
 	for name, param := range map[string]string{
 		"OUTBOX_MAX_WORKERS": "DispatchMaxWorkers", "OUTBOX_LINGER": "DispatchLinger",
-		"OUTBOX_LISTEN": "DispatchListen", "OUTBOX_POLL_INTERVAL": "DispatchPollInterval",
+		"OUTBOX_POLL_INTERVAL": "DispatchPollInterval",
 	} {
 		if v := vars.get(name); v.tag() != "!Ref" || v.str() != param {
 			t.Errorf("%s is %s %q, want !Ref %s", name, v.tag(), v.str(), param)
 		}
+	}
+	// DispatchListen, but off behind a transaction pooler.
+	if v := vars.get("OUTBOX_LISTEN"); v.tag() != "!If" || strings.Join(scalars(v), " ") != "BehindTransactionPooler off DispatchListen" {
+		t.Errorf("OUTBOX_LISTEN is %s %v, want !If [BehindTransactionPooler, off, !Ref DispatchListen]", v.tag(), scalars(v))
 	}
 	const self = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-dispatch"
 	if name := props.get("FunctionName"); name.tag() != "!Sub" || name.str() != "${AWS::StackName}-dispatch" {
@@ -977,5 +981,73 @@ func TestFanOutIsBoundedByReservedConcurrencyAndScopedToItself(t *testing.T) {
 	}
 	if min := params.get("DispatchMaxWorkers", "MinValue").str(); min != "2" {
 		t.Errorf("DispatchMaxWorkers MinValue %s, want 2: a lingering invocation and the next tick's run at once", min)
+	}
+}
+
+// One parameter puts every function behind a transaction pooler, and what
+// it implies follows from it: the simple protocol, polling instead of
+// LISTEN. The migrate function never goes through one (the migrations hold
+// a session lock) and may be pointed at the database itself.
+func TestDatabasePoolerReachesEveryFunction(t *testing.T) {
+	t.Parallel()
+	tpl := load(t)
+	param := tpl.get("Parameters", "DatabasePooler")
+	if param.get("Default").str() != "none" || strings.Join(scalars(param.get("AllowedValues")), " ") != "none transaction" {
+		t.Errorf("DatabasePooler: default %q, allowed %v; want none, and none or transaction", param.get("Default").str(), scalars(param.get("AllowedValues")))
+	}
+	if c := tpl.get("Conditions", "BehindTransactionPooler"); strings.Join(scalars(c), " ") != "DatabasePooler transaction" {
+		t.Errorf("BehindTransactionPooler is %v, want DatabasePooler = transaction", scalars(c))
+	}
+	globals := tpl.get("Globals", "Function", "Environment", "Variables")
+	if v := globals.get("OUTBOX_DB_POOLER"); v.tag() != "!Ref" || v.str() != "DatabasePooler" {
+		t.Errorf("Globals' OUTBOX_DB_POOLER is %s %q, want !Ref DatabasePooler", v.tag(), v.str())
+	}
+	if v := globals.get("OUTBOX_DB_SIMPLE_PROTOCOL"); v.tag() != "!If" || strings.Join(scalars(v), " ") != "BehindTransactionPooler true DatabaseSimpleProtocol" {
+		t.Errorf("Globals' OUTBOX_DB_SIMPLE_PROTOCOL is %s %v, want !If [BehindTransactionPooler, true, !Ref DatabaseSimpleProtocol]", v.tag(), scalars(v))
+	}
+	for logical := range functions {
+		if v := tpl.get("Resources", logical, "Properties", "Environment", "Variables", "OUTBOX_DB_POOLER"); logical != "MigrateFunction" && v.Node != nil {
+			t.Errorf("%s overrides OUTBOX_DB_POOLER", logical)
+		}
+	}
+	migrate := tpl.get("Resources", "MigrateFunction", "Properties", "Environment", "Variables")
+	if v := migrate.get("OUTBOX_DB_POOLER"); v.str() != "none" {
+		t.Errorf("MigrateFunction's OUTBOX_DB_POOLER is %q, want none", v.str())
+	}
+	for variable, want := range map[string]string{
+		"OUTBOX_DB_HOST": "HasMigrationHost MigrationDatabaseHost DatabaseHost",
+		"OUTBOX_DB_PORT": "HasMigrationPort MigrationDatabasePort DatabasePort",
+	} {
+		if v := migrate.get(variable); v.tag() != "!If" || strings.Join(scalars(v), " ") != want {
+			t.Errorf("MigrateFunction's %s is %s %v, want !If [%s]", variable, v.tag(), scalars(v), want)
+		}
+	}
+}
+
+// Two stacks on one database split it by namespace: Namespaces reaches
+// the dispatch function's OUTBOX_NAMESPACES (unset when empty), and takes
+// only what the function would accept.
+func TestNamespacesParameterSplitsTheDatabase(t *testing.T) {
+	t.Parallel()
+	tpl := load(t)
+	param := tpl.get("Parameters", "Namespaces")
+	if param.get("Default").str() != "" {
+		t.Errorf("Namespaces defaults to %q, want empty (every namespace)", param.get("Default").str())
+	}
+	v := tpl.get("Resources", "DispatchFunction", "Properties", "Environment", "Variables", "OUTBOX_NAMESPACES")
+	if v.tag() != "!If" || strings.Join(scalars(v), " ") != "HasNamespaces Namespaces AWS::NoValue" {
+		t.Errorf("OUTBOX_NAMESPACES is %s %v, want !If [HasNamespaces, !Ref Namespaces, !Ref AWS::NoValue]", v.tag(), scalars(v))
+	}
+	pattern, err := regexp.Compile(param.get("AllowedPattern").str())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for value, ok := range map[string]bool{
+		"": true, "billing": true, "billing,shipping": true, "mini-chat:eu/1,a.b_c": true,
+		"billing, shipping": false, "*": false, "-x": false, "billing,": false, ",billing": false, strings.Repeat("n", 129): false,
+	} {
+		if pattern.MatchString(value) != ok {
+			t.Errorf("Namespaces %q: accepted %t, want %t", value, !ok, ok)
+		}
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 )
 
@@ -241,7 +241,7 @@ func describeLineError(err error) string {
 
 // enqueueInOneTransaction writes every message, in batches, in one
 // transaction: all or nothing. where(i) names message i in errors.
-func enqueueInOneTransaction(ctx context.Context, pool *pgxpool.Pool, msgs []outbox.Message, where func(int) string) ([]outbox.Enqueued, error) {
+func enqueueInOneTransaction(ctx context.Context, pool *dbpool.Pool, msgs []outbox.Message, where func(int) string) ([]outbox.Enqueued, error) {
 	var results []outbox.Enqueued
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for from := 0; from < len(msgs); from += outbox.DefaultLimits.MaxBatch {

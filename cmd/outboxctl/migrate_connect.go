@@ -36,6 +36,9 @@ func (g *globalOptions) openMigrator(ctx context.Context) (*migrations.Migrator,
 	if err != nil {
 		return nil, usageError{err}
 	}
+	if err := cfg.NeedSession("the migrations (they hold a session-level advisory lock while they run)"); err != nil {
+		return nil, usageError{err}
+	}
 	if cfg.StatementTimeout == 0 || cfg.StatementTimeout == dbpool.DefaultStatementTimeout {
 		cfg.StatementTimeout = migrationStatementTimeout
 	}
@@ -49,5 +52,5 @@ func (g *globalOptions) openMigrator(ctx context.Context) (*migrations.Migrator,
 	if err != nil {
 		return nil, err
 	}
-	return migrations.OpenPool(pool)
+	return migrations.OpenPool(pool.Pool)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
@@ -79,13 +78,13 @@ func (g *globalOptions) database() (string, error) {
 // connect opens a pool on the configured database — a URL, a Secrets
 // Manager secret or RDS IAM authentication, as the functions do — and the
 // store on it. Close the pool when done.
-func (g *globalOptions) connect(ctx context.Context) (*pgxpool.Pool, *lease.Store, error) {
+func (g *globalOptions) connect(ctx context.Context) (*dbpool.Pool, *lease.Store, error) {
 	return g.connectWithPool(ctx, 0)
 }
 
 // connectWithPool is connect with a default pool size for commands that
 // use many connections at once (OUTBOX_DB_MAX_CONNS still wins).
-func (g *globalOptions) connectWithPool(ctx context.Context, poolSize int32) (*pgxpool.Pool, *lease.Store, error) {
+func (g *globalOptions) connectWithPool(ctx context.Context, poolSize int32) (*dbpool.Pool, *lease.Store, error) {
 	if !config.DatabaseConfigured(g.env()) {
 		return nil, nil, usagef("%s", noDatabase)
 	}

@@ -83,7 +83,7 @@ localhost).`,
 				return err
 			}
 			defer pool.Close()
-			dedupe, err := sink.NewPostgresDeduper(ctx, pool, table)
+			dedupe, err := sink.NewPostgresDeduper(ctx, pool.Pool, table)
 			if err != nil {
 				return usageError{err}
 			}

@@ -21,6 +21,7 @@ var databaseNames = dbpool.Names{
 	SSLMode:                  "OUTBOX_DB_SSLMODE",
 	SSLRootCert:              "OUTBOX_DB_SSLROOTCERT",
 	MaxConns:                 "OUTBOX_DB_MAX_CONNS",
+	Pooler:                   "OUTBOX_DB_POOLER",
 	StatementTimeout:         "OUTBOX_DB_STATEMENT_TIMEOUT",
 	IdleInTransactionTimeout: "OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT",
 	ConnectTimeout:           "OUTBOX_DB_CONNECT_TIMEOUT",
@@ -49,7 +50,14 @@ func LoadDatabase(env Env, poolSize int32) (dbpool.Config, error) {
 		Names:       databaseNames,
 	}
 	iam := databaseBool(getenv, "OUTBOX_DB_IAM_AUTH", fail)
+	// dbpool checks the value, naming the variable; transaction implies the
+	// simple protocol, which an explicit false contradicts.
+	cfg.Pooler = dbpool.Pooler(getenv("OUTBOX_DB_POOLER"))
 	cfg.SimpleProtocol = databaseBool(getenv, "OUTBOX_DB_SIMPLE_PROTOCOL", fail)
+	if cfg.Pooler == dbpool.PoolerTransaction && getenv("OUTBOX_DB_SIMPLE_PROTOCOL") != "" && !cfg.SimpleProtocol {
+		fail("OUTBOX_DB_SIMPLE_PROTOCOL", "is %s, but OUTBOX_DB_POOLER=transaction sends every query with the simple protocol (a transaction pooler cannot keep prepared statements, and the timeouts travel in one simple query with each statement): unset it",
+			dbpool.QuoteValue(getenv("OUTBOX_DB_SIMPLE_PROTOCOL")))
+	}
 	if raw := getenv("OUTBOX_DB_PORT"); raw != "" {
 		v := mustLookup("OUTBOX_DB_PORT")
 		n, err := strconv.ParseUint(raw, 10, 64)

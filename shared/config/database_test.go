@@ -33,6 +33,7 @@ func TestLoadDatabaseURL(t *testing.T) {
 		StatementTimeout:         30 * time.Second,
 		IdleInTransactionTimeout: 10 * time.Second,
 		ConnectTimeout:           5 * time.Second,
+		Pooler:                   dbpool.PoolerNone,
 		Names:                    databaseNames,
 	}
 	if cfg != want {
@@ -65,6 +66,34 @@ func TestLoadDatabaseSettings(t *testing.T) {
 	}))
 	if err != nil || cfg.SimpleProtocol {
 		t.Errorf("OUTBOX_DB_SIMPLE_PROTOCOL=false: SimpleProtocol = %t, err %v", cfg.SimpleProtocol, err)
+	}
+}
+
+// One setting puts the functions behind a transaction pooler: the simple
+// protocol comes with it, and a value that contradicts it is refused
+// rather than ignored.
+func TestLoadDatabasePooler(t *testing.T) {
+	t.Parallel()
+	const url = "postgres://app@pgbouncer.internal:6432/outbox"
+	cfg, err := loadDatabase(env(map[string]string{"OUTBOX_DATABASE_URL": url, "OUTBOX_DB_POOLER": "transaction"}))
+	if err != nil || cfg.Pooler != dbpool.PoolerTransaction || !cfg.SimpleProtocol {
+		t.Errorf("OUTBOX_DB_POOLER=transaction: %v, %v; want the pooler and the simple protocol", cfg, err)
+	}
+	cfg, err = loadDatabase(env(map[string]string{"OUTBOX_DATABASE_URL": url, "OUTBOX_DB_POOLER": "transaction", "OUTBOX_DB_SIMPLE_PROTOCOL": "true"}))
+	if err != nil || !cfg.SimpleProtocol {
+		t.Errorf("with OUTBOX_DB_SIMPLE_PROTOCOL=true as well: %v, %v", cfg, err)
+	}
+	_, err = loadDatabase(env(map[string]string{"OUTBOX_DATABASE_URL": url, "OUTBOX_DB_POOLER": "transaction", "OUTBOX_DB_SIMPLE_PROTOCOL": "false"}))
+	if !hasProblem(err, "OUTBOX_DB_SIMPLE_PROTOCOL", "OUTBOX_DB_POOLER=transaction sends every query with the simple protocol") {
+		t.Errorf("OUTBOX_DB_SIMPLE_PROTOCOL=false behind a transaction pooler: %v", err)
+	}
+	_, err = loadDatabase(env(map[string]string{"OUTBOX_DATABASE_URL": url, "OUTBOX_DB_POOLER": "session"}))
+	if !hasProblem(err, "OUTBOX_DB_POOLER", `must be transaction (a transaction pooler such as PgBouncer's pool_mode = transaction) or none, got "session"`) {
+		t.Errorf("OUTBOX_DB_POOLER=session: %v", err)
+	}
+	cfg, err = loadDatabase(env(map[string]string{"OUTBOX_DATABASE_URL": url, "OUTBOX_DB_POOLER": "none", "OUTBOX_DB_SIMPLE_PROTOCOL": "true"}))
+	if err != nil || cfg.Pooler != dbpool.PoolerNone || !cfg.SimpleProtocol {
+		t.Errorf("none with the simple protocol (RDS Proxy as before): %v, %v", cfg, err)
 	}
 }
 

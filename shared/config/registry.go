@@ -137,9 +137,10 @@ var Variables = []Variable{
 	text("OUTBOX_DB_SSLMODE", "", "all", "libpq sslmode, overriding the URL's; "+dbpool.DefaultSSLMode+" by default for the secret and IAM sources (IAM refuses anything weaker)."),
 	text("OUTBOX_DB_SSLROOTCERT", "", "all", "CA bundle file for sslmode verify-ca or verify-full (the RDS bundle is not in the system trust store)."),
 	count("OUTBOX_DB_MAX_CONNS", dbpool.DefaultMaxConns, 1, dbpool.MaxMaxConns, "all", "Pool size per function instance ({min}-{max}); one invocation runs at a time."),
-	text("OUTBOX_DB_SIMPLE_PROTOCOL", "false", "all", "true behind RDS Proxy: no prepared statements, so sessions are not pinned."),
-	duration("OUTBOX_DB_STATEMENT_TIMEOUT", dbpool.DefaultStatementTimeout, dbpool.MinTimeout, dbpool.MaxSessionTimeout, "all", "statement_timeout set on every connection."),
-	duration("OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT", dbpool.DefaultIdleInTransactionTimeout, dbpool.MinTimeout, dbpool.MaxSessionTimeout, "all", "idle_in_transaction_session_timeout set on every connection."),
+	text("OUTBOX_DB_POOLER", string(dbpool.PoolerNone), "all", "transaction behind a pooler in transaction mode (PgBouncer pool_mode = transaction, Supavisor, RDS Proxy): implies OUTBOX_DB_SIMPLE_PROTOCOL=true and OUTBOX_LISTEN=off, and sets the timeouts in each transaction rather than as startup parameters, which PgBouncer refuses. none: PostgreSQL itself. Migrations always need none."),
+	text("OUTBOX_DB_SIMPLE_PROTOCOL", "false", "all", "true: no prepared statements, so RDS Proxy does not pin sessions (implied by OUTBOX_DB_POOLER=transaction)."),
+	duration("OUTBOX_DB_STATEMENT_TIMEOUT", dbpool.DefaultStatementTimeout, dbpool.MinTimeout, dbpool.MaxSessionTimeout, "all", "statement_timeout of every statement: a startup parameter of each connection, or with OUTBOX_DB_POOLER=transaction SET LOCAL in each transaction."),
+	duration("OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT", dbpool.DefaultIdleInTransactionTimeout, dbpool.MinTimeout, dbpool.MaxSessionTimeout, "all", "idle_in_transaction_session_timeout, set as OUTBOX_DB_STATEMENT_TIMEOUT is."),
 	duration("OUTBOX_DB_CONNECT_TIMEOUT", dbpool.DefaultConnectTimeout, dbpool.MinTimeout, dbpool.MaxConnectTimeout, "all", "Timeout for opening a connection."),
 
 	// Routing (shared/route).
@@ -158,7 +159,7 @@ var Variables = []Variable{
 	count("OUTBOX_ORDERED_RUN", DefaultOrderedRun, 1, MaxBatchSize, "dispatch", "Messages of one ordering key a claim hands out: the key's head and those queued behind it, delivered in order ({min}-{max}). A key alone in the queue gets longer runs (doubling, up to the batch size) while a run publishes in under a second."),
 	count("OUTBOX_BATCH_MAX_BYTES", DefaultBatchBytes, MinBatchBytes, MaxBatchBytes, "dispatch", "Payload bytes one claim may load (at least {min}): the memory budget per batch; two batches are in memory at once."),
 	text("OUTBOX_LINGER", "off", "dispatch", "on: after draining, an invocation waits for new work until its deadline less the safety margin, woken by LISTEN/NOTIFY or polling; off (or 0) returns at once (the template turns it on)."),
-	text("OUTBOX_LISTEN", "on", "dispatch", "on: a lingering invocation LISTENs on a connection of its own (claiming anyway every "+shortDuration(ListeningPollInterval)+"); off polls every OUTBOX_POLL_INTERVAL (behind RDS Proxy, where LISTEN pins a session)."),
+	text("OUTBOX_LISTEN", "on", "dispatch", "on: a lingering invocation LISTENs on a connection of its own (claiming anyway every "+shortDuration(ListeningPollInterval)+"); off polls every OUTBOX_POLL_INTERVAL. Off by default with OUTBOX_DB_POOLER=transaction, where it cannot be on (a transaction pooler cannot keep a LISTEN)."),
 	duration("OUTBOX_POLL_INTERVAL", DefaultPollInterval, MinPollInterval, MaxPollInterval, "dispatch", "How often a lingering invocation claims when it does not listen."),
 	count("OUTBOX_MAX_WORKERS", DefaultMaxWorkers, 1, MaxMaxWorkers, "dispatch", "Most dispatch invocations a backlog may run at once ({min}-{max}): a run with more backlog than time starts up to this many less one by asynchronous self-invocation; 1 starts none. Set it to the function's reserved concurrency."),
 	duration("OUTBOX_FANOUT_DRAIN_WITHIN", DefaultFanoutDrainWithin, time.Second, MaxFunctionTimeout, "dispatch", "Fan-out sizes the fleet to drain the backlog within this, at the rate the deciding invocation measured (or before the deadline, when that comes first)."),

@@ -32,6 +32,7 @@ type Names struct {
 	SSLMode                  string
 	SSLRootCert              string
 	MaxConns                 string
+	Pooler                   string
 	StatementTimeout         string
 	IdleInTransactionTimeout string
 	ConnectTimeout           string
@@ -45,6 +46,7 @@ func (n Names) withDefaults() Names {
 		{&n.DatabaseURL, "DatabaseURL"}, {&n.SecretARN, "SecretARN"}, {&n.IAM, "Source=" + string(SourceIAM)},
 		{&n.Host, "Host"}, {&n.Port, "Port"}, {&n.Database, "Database"}, {&n.User, "User"},
 		{&n.SSLMode, "SSLMode"}, {&n.SSLRootCert, "SSLRootCert"}, {&n.MaxConns, "MaxConns"},
+		{&n.Pooler, "Pooler"},
 		{&n.StatementTimeout, "StatementTimeout"}, {&n.IdleInTransactionTimeout, "IdleInTransactionTimeout"},
 		{&n.ConnectTimeout, "ConnectTimeout"},
 	} {
@@ -105,6 +107,27 @@ const (
 	SourceIAM Source = "iam"
 )
 
+// Pooler is what kind of connection pooler, if any, stands between the
+// pool and PostgreSQL.
+type Pooler string
+
+// The poolers a Config may name.
+const (
+	// PoolerNone: the server itself, or a pooler that keeps a client's
+	// session state (RDS Proxy pins a session that changes it). The
+	// timeouts are startup parameters of each connection.
+	PoolerNone Pooler = "none"
+	// PoolerTransaction: a pooler in transaction mode (PgBouncer's
+	// pool_mode = transaction, Supavisor's transaction port), which may
+	// hand each transaction of a session to another server connection.
+	// Nothing may be left in the session: every query goes with the simple
+	// protocol (no prepared statements), the timeouts travel with each
+	// transaction (see Pool), and nothing LISTENs.
+	PoolerTransaction Pooler = "transaction"
+)
+
+var poolers = []string{string(PoolerNone), string(PoolerTransaction)}
+
 // ConnString is a PostgreSQL connection string (a URL or key=value pairs)
 // that may hold a password. It prints, marshals and logs redacted; only an
 // explicit string(cs) conversion reveals it.
@@ -157,13 +180,17 @@ type Config struct {
 
 	// MaxConns caps the pool (1..MaxMaxConns; 0: DefaultMaxConns).
 	MaxConns int32
+	// Pooler is the pooler in front of the server ("": PoolerNone).
+	// PoolerTransaction implies SimpleProtocol.
+	Pooler Pooler
 	// SimpleProtocol sends every query with the simple protocol: no
 	// prepared statements, so RDS Proxy never pins a session. Otherwise
 	// pgx prepares and caches statements per connection.
 	SimpleProtocol bool
 	// StatementTimeout and IdleInTransactionTimeout are the sessions'
-	// statement_timeout and idle_in_transaction_session_timeout, sent as
-	// startup parameters (0: the defaults).
+	// statement_timeout and idle_in_transaction_session_timeout (0: the
+	// defaults): startup parameters of each connection, or with
+	// PoolerTransaction set in each transaction.
 	StatementTimeout         time.Duration
 	IdleInTransactionTimeout time.Duration
 	// ConnectTimeout bounds each connection attempt and each secret fetch
@@ -192,6 +219,9 @@ func (c Config) String() string {
 	if c.Port != 0 {
 		fmt.Fprintf(&b, " port=%d", c.Port)
 	}
+	if c.Pooler != "" {
+		fmt.Fprintf(&b, " pooler=%s", c.Pooler)
+	}
 	fmt.Fprintf(&b, " max_conns=%d simple_protocol=%t statement_timeout=%s idle_in_transaction_timeout=%s connect_timeout=%s}",
 		c.MaxConns, c.SimpleProtocol, c.StatementTimeout, c.IdleInTransactionTimeout, c.ConnectTimeout)
 	return b.String()
@@ -218,6 +248,7 @@ func (c Config) LogValue() slog.Value {
 	add("user", c.User)
 	add("sslmode", c.SSLMode)
 	add("sslrootcert", c.SSLRootCert)
+	add("pooler", string(c.Pooler))
 	attrs = append(attrs,
 		slog.Int("max_conns", int(c.MaxConns)),
 		slog.Bool("simple_protocol", c.SimpleProtocol),
@@ -324,6 +355,12 @@ func (c Config) WithDefaults() Config {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
+	if c.Pooler == "" {
+		c.Pooler = PoolerNone
+	}
+	if c.Pooler == PoolerTransaction {
+		c.SimpleProtocol = true
+	}
 	if c.Source == SourceIAM && c.Port == 0 {
 		c.Port = DefaultPort
 	}
@@ -349,6 +386,10 @@ func (c Config) settingProblems() problems {
 	checkTimeout(&ps, n.ConnectTimeout, c.ConnectTimeout, MaxConnectTimeout)
 	if c.SSLMode != "" && !slices.Contains(sslModes, c.SSLMode) {
 		ps.add(n.SSLMode, "must be one of %s, got %s", strings.Join(sslModes, ", "), QuoteValue(c.SSLMode))
+	}
+	if !slices.Contains(poolers, string(c.Pooler)) {
+		ps.add(n.Pooler, "must be %s (a transaction pooler such as PgBouncer's pool_mode = transaction) or %s, got %s",
+			PoolerTransaction, PoolerNone, QuoteValue(string(c.Pooler)))
 	}
 	return ps
 }
@@ -421,6 +462,19 @@ func (c Config) withValidSSLMode() Config {
 		c.SSLMode = ""
 	}
 	return c
+}
+
+// NeedSession refuses cfg for what needs a session of its own on the
+// server, which a transaction pooler cannot give: what (for example "the
+// migrations", which hold a session-level advisory lock while they run)
+// names it in the error.
+func (c Config) NeedSession(what string) error {
+	if c.Pooler != PoolerTransaction {
+		return nil
+	}
+	n := c.Names.withDefaults()
+	return fmt.Errorf("dbpool: %s need a session of their own, which a transaction pooler (%s=%s) cannot keep: connect to the database itself, without the pooler (%s=%s)",
+		what, n.Pooler, PoolerTransaction, n.Pooler, PoolerNone)
 }
 
 // sourceName names the setting that selects the source.

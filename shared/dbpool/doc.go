@@ -48,6 +48,7 @@
 // # Settings
 //
 //	MaxConns                  pool size, 1..MaxMaxConns (DefaultMaxConns: one invocation at a time, plus one)
+//	Pooler                    PoolerNone, or PoolerTransaction behind a pooler in transaction mode
 //	SimpleProtocol            no prepared statements, so RDS Proxy does not pin sessions
 //	StatementTimeout          statement_timeout (DefaultStatementTimeout)
 //	IdleInTransactionTimeout  idle_in_transaction_session_timeout (DefaultIdleInTransactionTimeout)
@@ -58,6 +59,30 @@
 // The two session timeouts and application_name are startup parameters of
 // each connection rather than SET statements, which would pin RDS Proxy
 // sessions.
+//
+// # Behind a transaction pooler
+//
+// A pooler in transaction mode (PgBouncer's pool_mode = transaction,
+// Supavisor) may serve each transaction of a session on another server
+// connection, and PgBouncer's defaults refuse the timeouts as startup
+// parameters. With PoolerTransaction nothing is left in the session: every
+// query goes with the simple protocol, no timeout is a startup parameter,
+// and the Pool that Open returns sets them with SET LOCAL in the round trip
+// of each statement and at each BEGIN (see Pool). The dispatch function
+// does not LISTEN then (package dispatchconfig), and the migrations, which
+// hold a session-level advisory lock, refuse it (Config.NeedSession).
+//
+// # Failover
+//
+// After a failover a warm function's pooled connections lead to a server
+// that is gone, or still there but read-only (a demoted primary, or a
+// name that resolves to it until DNS catches up). A statement failing that
+// way (IsFailover: SQLSTATE 25006, 57P01-57P03, class 08; or its connection
+// closed under it) makes the pool drop every connection, so that the next
+// statement connects anew and resolves the host again: pgx looks the host
+// up at each connection, and Go's resolver keeps no cache. The statement
+// that met the failure still fails; the callers' retries (a completion is
+// retried three times) and the next invocation reach the new primary.
 //
 // # Secrets stay out of output
 //

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -56,7 +57,7 @@ type Deps struct {
 // that a bad configuration fails the cold start rather than the first
 // invocation. For SourceSecretsManager it fetches the secret first. The
 // error, if any, names the source and never contains a password.
-func Open(ctx context.Context, cfg Config, deps Deps) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, cfg Config, deps Deps) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -73,11 +74,12 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, c.fail("build the pool for the database", err)
 	}
+	c.failover.pool.Store(pool)
 	if err := c.ping(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	return pool, nil
+	return newPool(pool, cfg), nil
 }
 
 // connector is what one pool needs to open connections from its source.
@@ -94,6 +96,8 @@ type connector struct {
 
 	secrets *secretSource // SourceSecretsManager only
 	iam     *iamAuth      // SourceIAM only
+
+	failover *failoverObserver
 }
 
 func newConnector(ctx context.Context, cfg Config, deps Deps) (*connector, error) {
@@ -101,6 +105,7 @@ func newConnector(ctx context.Context, cfg Config, deps Deps) (*connector, error
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	c.failover = &failoverObserver{logger: c.logger}
 	if cfg.SSLRootCert != "" {
 		if _, err := os.Stat(cfg.SSLRootCert); err != nil {
 			return nil, fmt.Errorf("dbpool: %s: cannot read the CA bundle: %w", cfg.Names.SSLRootCert, err)
@@ -236,9 +241,13 @@ func (c *connector) poolConfig() (*pgxpool.Config, error) {
 		cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 	}
 	// Startup parameters, not SET statements: RDS Proxy pins a client to
-	// its server connection for the rest of the session after a SET.
-	cc.RuntimeParams["statement_timeout"] = milliseconds(c.cfg.StatementTimeout)
-	cc.RuntimeParams["idle_in_transaction_session_timeout"] = milliseconds(c.cfg.IdleInTransactionTimeout)
+	// its server connection for the rest of the session after a SET. A
+	// transaction pooler refuses them (PgBouncer: "unsupported startup
+	// parameter"), and Pool sets them in each transaction instead.
+	if c.cfg.Pooler != PoolerTransaction {
+		cc.RuntimeParams["statement_timeout"] = milliseconds(c.cfg.StatementTimeout)
+		cc.RuntimeParams["idle_in_transaction_session_timeout"] = milliseconds(c.cfg.IdleInTransactionTimeout)
+	}
 	switch {
 	case c.deps.ApplicationName != "":
 		cc.RuntimeParams["application_name"] = c.deps.ApplicationName
@@ -262,13 +271,18 @@ func (c *connector) poolConfig() (*pgxpool.Config, error) {
 			return nil
 		}
 	}
+	var tracers []pgx.QueryTracer
+	if theirs := pc.ConnConfig.Tracer; theirs != nil {
+		tracers = append(tracers, theirs)
+	}
 	if c.secrets != nil {
-		observer := &authFailureObserver{rejected: c.secrets.rejected}
-		if pc.ConnConfig.Tracer != nil {
-			pc.ConnConfig.Tracer = multitracer.New(pc.ConnConfig.Tracer, observer)
-		} else {
-			pc.ConnConfig.Tracer = observer
-		}
+		tracers = append(tracers, &authFailureObserver{rejected: c.secrets.rejected})
+	}
+	tracers = append(tracers, c.failover)
+	if len(tracers) == 1 {
+		pc.ConnConfig.Tracer = tracers[0]
+	} else {
+		pc.ConnConfig.Tracer = multitracer.New(tracers...)
 	}
 	return pc, nil
 }
@@ -308,9 +322,22 @@ func (c *connector) ping(ctx context.Context, pool *pgxpool.Pool) error {
 		err = attempt()
 	}
 	if err != nil {
+		if c.cfg.Pooler != PoolerTransaction && refusedStartupParameter(err) {
+			err = fmt.Errorf("%w (a transaction pooler such as PgBouncer refuses the timeouts as startup parameters: set %s=%s)",
+				err, c.cfg.Names.Pooler, PoolerTransaction)
+		}
 		return c.fail("connect to the database", err)
 	}
 	return nil
+}
+
+// refusedStartupParameter reports whether err is a pooler refusing a
+// startup parameter, as PgBouncer does with its default
+// ignore_startup_parameters (SQLSTATE 08P01, "unsupported startup
+// parameter: statement_timeout").
+func refusedStartupParameter(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Message, "unsupported startup parameter")
 }
 
 // fail wraps err with what was being done and to which database, scrubbed

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
@@ -22,7 +21,7 @@ import (
 
 // openURL opens the pool cfg describes with url as its source, closed when
 // the test ends.
-func openURL(t *testing.T, url string, cfg dbpool.Config, deps dbpool.Deps) *pgxpool.Pool {
+func openURL(t *testing.T, url string, cfg dbpool.Config, deps dbpool.Deps) *dbpool.Pool {
 	t.Helper()
 	cfg.Source, cfg.DatabaseURL = dbpool.SourceURL, dbpool.ConnString(url)
 	pool, err := dbpool.Open(context.Background(), cfg, deps)

@@ -97,7 +97,7 @@ func secretConfig(cfg dbpool.Config) dbpool.Config {
 	return cfg
 }
 
-func currentUser(t *testing.T, pool *pgxpool.Pool) string {
+func currentUser(t *testing.T, pool *dbpool.Pool) string {
 	t.Helper()
 	var user string
 	if err := pool.QueryRow(context.Background(), "SELECT current_user").Scan(&user); err != nil {

@@ -31,7 +31,7 @@ type Deps struct {
 // the pool, the store and the AWS configuration.
 type Common struct {
 	RT    *Runtime
-	Pool  *pgxpool.Pool
+	Pool  *dbpool.Pool
 	Store *lease.Store
 	AWS   aws.Config
 }

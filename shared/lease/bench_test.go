@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
@@ -64,6 +65,62 @@ func BenchmarkClaimCompleteCycle(b *testing.B) {
 					}()
 				}
 				wg.Wait()
+				b.StopTimer()
+				b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "msgs/s")
+				b.ReportMetric(float64((processCPU(b)-cpu).Nanoseconds())/1e3/float64(total), "client-µs/msg")
+			})
+		}
+	}
+}
+
+// BenchmarkClaimCompleteTimeouts measures what setting the timeouts per
+// transaction costs the cycle of BenchmarkClaimCompleteCycle (one worker),
+// on pools as dbpool.Open builds them against the server itself:
+// pooler=none (the timeouts as startup parameters) with pgx's statement
+// cache and with the simple protocol, and pooler=transaction (the simple
+// protocol, and SET LOCAL statement_timeout sent with each statement).
+// Compare pooler=transaction with pooler=none/simple: the protocol is the
+// same, and the difference is the added statement.
+func BenchmarkClaimCompleteTimeouts(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		cfg  dbpool.Config
+	}{
+		{"pooler=none/cache", dbpool.Config{}},
+		{"pooler=none/simple", dbpool.Config{SimpleProtocol: true}},
+		{"pooler=transaction", dbpool.Config{Pooler: dbpool.PoolerTransaction}},
+	} {
+		for _, size := range []int{1, 100, 1000} {
+			b.Run(fmt.Sprintf("%s/batch=%d", mode.name, size), func(b *testing.B) {
+				db := pgtest.New(b)
+				ctx := context.Background()
+				total := b.N * size
+				enqueue(b, db.Pool, total, func(i int) outbox.Message {
+					return outbox.Message{Namespace: "billing", Topic: "usage", DedupeKey: fmt.Sprintf("k-%d", i), Payload: payload512}
+				})
+				if _, err := db.Pool.Exec(ctx, "VACUUM ANALYZE outbox.pending"); err != nil {
+					b.Fatal(err)
+				}
+				cfg := mode.cfg
+				cfg.Source, cfg.DatabaseURL = dbpool.SourceURL, dbpool.ConnString(db.URL)
+				pool, err := dbpool.Open(ctx, cfg, dbpool.Deps{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pool.Close()
+				store := lease.NewStore(pool)
+				runtime.GC()
+				b.ResetTimer()
+				cpu := processCPU(b)
+				for range b.N {
+					msgs, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "bench", BatchSize: size, Lease: time.Minute})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := store.CompleteBatch(ctx, "bench", dispatched(msgs)); err != nil {
+						b.Fatal(err)
+					}
+				}
 				b.StopTimer()
 				b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "msgs/s")
 				b.ReportMetric(float64((processCPU(b)-cpu).Nanoseconds())/1e3/float64(total), "client-µs/msg")

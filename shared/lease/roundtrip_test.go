@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgbouncer"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
@@ -69,5 +71,42 @@ func TestClaimAndCompleteAreOneRoundTripEach(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Behind a transaction pooler the statement timeout travels with each
+// statement, in the same query string: still one round trip each, through
+// a real PgBouncer.
+func TestBehindATransactionPoolerClaimAndCompleteAreStillOneRoundTripEach(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var trips pgtest.RoundTrips
+	cfg := dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: dbpool.ConnString(pgbouncer.Start(t).URL(t, db.URL)),
+		Pooler: dbpool.PoolerTransaction, MaxConns: 1}
+	pool, err := dbpool.Open(context.Background(), cfg, dbpool.Deps{ConfigurePool: trips.Install})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := context.Background()
+	store := lease.NewStore(pool)
+	enqueue(t, db.Pool, 100+1000, plain)
+	for _, size := range []int{100, 1000} {
+		trips.Reset()
+		msgs, err := store.ClaimBatch(ctx, lease.ClaimParams{WorkerID: "w", BatchSize: size, Lease: time.Minute})
+		if err != nil || len(msgs) != size {
+			t.Fatalf("claim %d: %v (%d)", size, err, len(msgs))
+		}
+		if rt := trips.Count(); rt != 1 {
+			t.Errorf("ClaimBatch(%d): %d round trips, want 1", size, rt)
+		}
+		trips.Reset()
+		completions, err := store.CompleteBatch(ctx, "w", dispatched(msgs))
+		if err != nil || len(completions) != size {
+			t.Fatalf("complete %d: %v (%d)", size, err, len(completions))
+		}
+		if rt := trips.Count(); rt != 1 {
+			t.Errorf("CompleteBatch(%d): %d round trips, want 1", size, rt)
+		}
 	}
 }

@@ -4,6 +4,7 @@
 // graph). Its packages:
 //
 //   - pgtest: a database per test, copied from a migrated template.
+//   - pgbouncer: a real PgBouncer in transaction mode in front of it.
 //   - lambdatest: the real bootstrap binaries under a Runtime API harness.
 //   - lambdaemu: the Lambda service emulated around those binaries.
 //   - awsfake/snsfake, awsfake/eventbridgefake, awsfake/lambdafake:

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/fanout"
 	"github.com/outboxkit/dispatcher/shared/outbox"
@@ -146,6 +147,14 @@ func load(env config.Env, fn config.Function) (Dispatch, error) {
 		if !outbox.NamePattern.MatchString(ns) {
 			r.Fail("OUTBOX_NAMESPACES", "contains %q, which is not a namespace", ns)
 		}
+	}
+	if fn.Database.Pooler == dbpool.PoolerTransaction {
+		// A transaction pooler hands each transaction to any server
+		// connection: a LISTEN would be left on one nobody reads.
+		if r.IsSet("OUTBOX_LISTEN") && d.Linger.Listen {
+			r.Fail("OUTBOX_LISTEN", "is on, but a transaction pooler (OUTBOX_DB_POOLER=transaction) cannot keep a LISTEN: unset it, and a lingering invocation polls every OUTBOX_POLL_INTERVAL")
+		}
+		d.Linger.Listen = false
 	}
 	d.Engine.Lease = r.Duration("OUTBOX_LEASE")
 	if err := r.Err(); err != nil {

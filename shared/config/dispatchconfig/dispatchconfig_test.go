@@ -64,6 +64,29 @@ func TestLoadDefaults(t *testing.T) {
 // The lease no longer follows the function timeout: under Lambda each
 // claim's lease is the invocation's time left plus the safety margin, and
 // OUTBOX_LEASE is the lease of runs without a deadline.
+// Behind a transaction pooler a lingering invocation polls: OUTBOX_LISTEN
+// is off unless set, and set on it is refused, since the pooler would leave
+// the LISTEN on a server connection nobody reads.
+func TestLoadBehindATransactionPoolerPolls(t *testing.T) {
+	t.Parallel()
+	base := with(minimal, "HOOK_SECRET", "whsec_x", "OUTBOX_LINGER", "on")
+	d, err := Load(env(base))
+	if err != nil || !d.Linger.Listen {
+		t.Fatalf("without a pooler: listen %t, %v; want on by default", d.Linger.Listen, err)
+	}
+	d, err = Load(env(with(base, "OUTBOX_DB_POOLER", "transaction")))
+	if err != nil || d.Linger.Listen || !d.Linger.Enabled || !d.Database.SimpleProtocol {
+		t.Fatalf("OUTBOX_DB_POOLER=transaction: linger %+v, simple protocol %t, %v; want polling", d.Linger, d.Database.SimpleProtocol, err)
+	}
+	if _, err := Load(env(with(base, "OUTBOX_DB_POOLER", "transaction", "OUTBOX_LISTEN", "off"))); err != nil {
+		t.Errorf("OUTBOX_LISTEN=off behind a transaction pooler: %v", err)
+	}
+	_, err = Load(env(with(base, "OUTBOX_DB_POOLER", "transaction", "OUTBOX_LISTEN", "on")))
+	if err == nil || !strings.Contains(err.Error(), "OUTBOX_LISTEN is on, but a transaction pooler (OUTBOX_DB_POOLER=transaction) cannot keep a LISTEN") {
+		t.Errorf("OUTBOX_LISTEN=on behind a transaction pooler: %v", err)
+	}
+}
+
 func TestLoadLease(t *testing.T) {
 	t.Parallel()
 	d, err := Load(env(with(minimal, "OUTBOX_FUNCTION_TIMEOUT", "5m", "OUTBOX_SAFETY_MARGIN", "20s")))

@@ -86,6 +86,9 @@ type Handler struct {
 	// Elastic is how an invocation lingers and fans out (zero: it does
 	// neither).
 	Elastic Elastic
+	// Namespaces are what an invocation whose event names none claims
+	// (OUTBOX_NAMESPACES; nil: all).
+	Namespaces []string
 }
 
 // Handle runs one dispatch invocation (one bounded run, or with linger and
@@ -98,9 +101,16 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Answer, erro
 		log.Error("malformed event", "error", err.Error())
 		return Answer{}, err
 	}
+	// The event's namespaces, or the function's own: the fan-out counts
+	// the backlog of the namespaces this function claims, not another
+	// stack's on the same database.
+	namespaces := ev.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = h.Namespaces
+	}
 	answer, err := h.invocation(ctx, log, ev, dispatch.Request{
 		WorkerID: handler.WorkerID(ctx, h.WorkerPrefix), BatchSize: ev.BatchSize,
-		MaxBatches: ev.MaxBatches, Namespaces: ev.Namespaces, Log: log,
+		MaxBatches: ev.MaxBatches, Namespaces: namespaces, Log: log,
 	})
 	summary := answer.Summary
 	m := h.RT.Metrics(ctx, cold)
@@ -168,7 +178,7 @@ func New(ctx context.Context, cfg dispatchconfig.Dispatch, deps handler.Deps) (*
 		return nil, nil, err
 	}
 	engine.SetTracer(rt.Tracer)
-	h := &Handler{Engine: engine, RT: rt, WorkerPrefix: rt.FunctionName()}
+	h := &Handler{Engine: engine, RT: rt, WorkerPrefix: rt.FunctionName(), Namespaces: cfg.Engine.Namespaces}
 	closeAll := c.Close
 	if h.Elastic, closeAll, err = newElastic(ctx, cfg, deps, c); err != nil {
 		c.Close()

@@ -233,7 +233,7 @@ func ListenConnector(ctx context.Context, dbCfg dbpool.Config, deps handler.Deps
 	if err != nil {
 		return nil, nil, fmt.Errorf("the notification listener's connection: %w", err)
 	}
-	return func(ctx context.Context) (*pgx.Conn, error) { return hijack(ctx, pool) }, pool.Close, nil
+	return func(ctx context.Context) (*pgx.Conn, error) { return hijack(ctx, pool.Pool) }, pool.Close, nil
 }
 
 func hijack(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {

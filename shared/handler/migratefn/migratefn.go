@@ -214,6 +214,9 @@ func (h *Handler) run(ctx context.Context, action string) (Answer, error) {
 	return answer, nil
 }
 
+// migrationsNeed says what the migrations need a session for.
+const migrationsNeed = "the migrations (they hold a session-level advisory lock while they run)"
+
 // open connects on first use and keeps the pool for the next invocations.
 func (h *Handler) open(ctx context.Context) (*migrations.Migrator, error) {
 	if h.configErr != nil {
@@ -225,13 +228,16 @@ func (h *Handler) open(ctx context.Context) (*migrations.Migrator, error) {
 		return h.migrator, nil
 	}
 	cfg := h.cfg
+	if err := cfg.Database.NeedSession(migrationsNeed); err != nil {
+		return nil, err
+	}
 	// The advisory lock holds one session while another migrates.
 	cfg.Database.MaxConns = max(cfg.Database.MaxConns, 2)
 	c, err := handler.Connect(ctx, function, cfg, h.deps, h.RT, 0)
 	if err != nil {
 		return nil, err
 	}
-	m, err := migrations.OpenPool(c.Pool)
+	m, err := migrations.OpenPool(c.Pool.Pool)
 	if err != nil {
 		return nil, err
 	}
