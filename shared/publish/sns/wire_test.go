@@ -248,10 +248,19 @@ func TestSlowTargetTimesOut(t *testing.T) {
 func TestInvocationEndsMidway(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOptions{cfg: sns.Config{Concurrency: 1}})
-	b.fake.SetLatency(100 * time.Millisecond)
-	msgs := publishtest.Messages(100, 64) // ten chunks, one at a time: a second
-	ctx, cancel := context.WithTimeout(context.Background(), 450*time.Millisecond)
+	b.fake.SetLatency(500 * time.Millisecond)
+	msgs := publishtest.Messages(100, 64) // ten chunks, one at a time: five seconds
+	// The invocation ends once the second chunk's call reached SNS: the
+	// first was answered by then (one call at a time), and the calls
+	// still to come are never sent, however slow the machine.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		defer cancel()
+		for b.fake.Requests() < 2 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}()
 
 	results := b.pub.Publish(ctx, msgs)
 
