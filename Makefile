@@ -16,8 +16,10 @@ LAMBDA_ARCH ?= arm64
 # its own verb, bench-compare.
 MODULES := . shared/outbox
 
+# awk reads the Makefile's text: the variables a description names are
+# expanded here, with the values this make run has.
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -v arch='$(LAMBDA_ARCH)' 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {gsub(/\$$\(LAMBDA_ARCH\)/, arch, $$2); printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run outboxctl
 run: outboxctl ## The whole data path on this machine in one command (outboxctl demo): PostgreSQL, 20,000 messages, a signed webhook sink, dispatch, reaper, dead letters, replay (ARGS="--messages 5000 …" passes flags)

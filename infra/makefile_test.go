@@ -149,3 +149,22 @@ func TestBroken(t *testing.T) {
 		t.Error("make test does not check PostgreSQL and then run test-modules with -race -count=1 over each module's ./...")
 	}
 }
+
+// make help shows the descriptions as make would run them: a variable a
+// description names is expanded, not printed as $(NAME).
+func TestMakeHelpExpandsVariables(t *testing.T) {
+	t.Parallel()
+	for arch, want := range map[string]string{"": "linux/arm64", "amd64": "linux/amd64"} {
+		args := []string{"-s", "--no-print-directory", "-C", "..", "help"}
+		if arch != "" {
+			args = append(args, "LAMBDA_ARCH="+arch)
+		}
+		out, err := exec.Command("make", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make help: %v\n%s", err, out)
+		}
+		if strings.Contains(string(out), "$(") || !strings.Contains(string(out), want) {
+			t.Errorf("make %s: want %s and no unexpanded variable:\n%s", strings.Join(args[4:], " "), want, out)
+		}
+	}
+}
