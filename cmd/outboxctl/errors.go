@@ -53,14 +53,17 @@ func problemLines(err error) []string {
 }
 
 // explain rewrites the errors an operator meets first into what to do
-// about them: a database that does not answer, and one without the outbox
-// schema. Other errors pass through unchanged.
+// about them: a database that does not answer, does not exist, or lacks
+// the outbox schema. Other errors pass through unchanged.
 func explain(err error) error {
 	if err == nil {
 		return nil
 	}
 	if d := dialFailure(err); d != nil {
 		return d
+	}
+	if m := missingDatabase(err); m != nil {
+		return m
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -134,10 +137,7 @@ func dialFailure(err error) error {
 		return nil
 	}
 	cfg := connectErr.Config
-	server := cfg.Host
-	if !strings.HasPrefix(cfg.Host, "/") {
-		server = net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
-	}
+	server := serverAddress(cfg)
 	if cfg.User != "" {
 		server = cfg.User + "@" + server
 	}
@@ -145,4 +145,38 @@ func dialFailure(err error) error {
 		server += "/" + cfg.Database
 	}
 	return dialError{server: server, cause: cause, err: err}
+}
+
+// missingDatabaseError is a server that answered that the database named
+// does not exist (SQLSTATE 3D000): one line naming it and the server,
+// instead of pgx's chain of the connection attempt.
+type missingDatabaseError struct {
+	database, server string
+	err              error
+}
+
+func (e missingDatabaseError) Error() string {
+	return fmt.Sprintf("database %q does not exist on %s: create it, or correct the database's name in the connection settings", e.database, e.server)
+}
+func (e missingDatabaseError) Unwrap() error { return e.err }
+
+// missingDatabase is err as a missingDatabaseError when the server refused
+// the connection for want of the database; nil otherwise.
+func missingDatabase(err error) error {
+	var (
+		connectErr *pgconn.ConnectError
+		pgErr      *pgconn.PgError
+	)
+	if !errors.As(err, &connectErr) || connectErr.Config == nil || !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		return nil
+	}
+	return missingDatabaseError{database: connectErr.Config.Database, server: serverAddress(connectErr.Config), err: err}
+}
+
+// serverAddress is host:port, or a Unix socket's directory.
+func serverAddress(cfg *pgconn.Config) string {
+	if strings.HasPrefix(cfg.Host, "/") {
+		return cfg.Host
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
@@ -206,4 +208,62 @@ func TestUnknownErrorCodeIsRefusedWithTheCodes(t *testing.T) {
 	cli(t, env, "dead", "list", "--error-code", "BOGUS").wantError(t, "dead list --error-code BOGUS", 2,
 		`--error-code "BOGUS" is not an error code: use one of THROTTLED, TIMEOUT`)
 	cli(t, env, "dead", "list", "--error-code", "TARGET_REJECTED").wantOK(t, "a known code", "no dead letters match")
+}
+
+// A mistyped flag is answered with the nearest of the command's flags,
+// its own and inherited, as a mistyped command is.
+func TestMistypedFlagsAreSuggested(t *testing.T) {
+	t.Parallel()
+	noDB := invocation{env: map[string]string{"OUTBOX_DATABASE_URL": ""}}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "--jsn"}, "unknown flag: --jsn: did you mean --json?"},
+		{[]string{"status", "--wacth", "1s"}, "unknown flag: --wacth: did you mean --watch?"},
+		{[]string{"dead", "list", "--error-cod", "X"}, "unknown flag: --error-cod: did you mean --error-code?"},
+		{[]string{"retry", "--ye"}, "unknown flag: --ye: did you mean --yes?"},
+		{[]string{"status", "--databse-url", "x"}, "unknown flag: --databse-url: did you mean --database-url?"},
+		{[]string{"status", "--frobnicate"}, "unknown flag: --frobnicate (see outboxctl status --help)"},
+	} {
+		cli(t, noDB, tc.args...).wantError(t, strings.Join(tc.args, " "), 2, tc.want)
+	}
+}
+
+// A bad --database-url is the flag's mistake: the error names the flag,
+// not OUTBOX_DATABASE_URL, which may not even be set; the variable is
+// named when it is the variable that is wrong. A URL of another scheme
+// says so.
+func TestABadDatabaseURLNamesWhereItCameFrom(t *testing.T) {
+	t.Parallel()
+	noDB := invocation{env: map[string]string{"OUTBOX_DATABASE_URL": ""}}
+	for _, args := range [][]string{{"status"}, {"migrate", "status"}, {"dead", "list"}} {
+		name := strings.Join(args, " ")
+		r := cli(t, noDB, append(args, "--database-url", "postgress://foo")...)
+		r.wantError(t, name+" --database-url postgress://foo", 2, "--database-url: is not a PostgreSQL URL: its scheme is postgress://, want postgres:// or postgresql://")
+		if r.err != nil && strings.Contains(r.err.Error(), "OUTBOX_DATABASE_URL") {
+			t.Errorf("%s: the error blames OUTBOX_DATABASE_URL, which is not set: %v", name, r.err)
+		}
+		cli(t, db("postgress://foo"), args...).wantError(t, name+" with OUTBOX_DATABASE_URL", 2, "OUTBOX_DATABASE_URL: is not a PostgreSQL URL")
+	}
+}
+
+// A database the server does not have is one line naming it and the
+// server, not pgx's chain of the connection attempt.
+func TestAMissingDatabaseIsNamedWithItsServer(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/outbox_no_such_database_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	want := fmt.Sprintf("database %q does not exist on %s: create it", strings.TrimPrefix(u.Path, "/"), u.Host)
+	for _, args := range [][]string{{"status"}, {"dead", "list"}, {"migrate", "status"}, {"invoke", "reaper"}} {
+		name := strings.Join(args, " ")
+		r := cli(t, db(u.String()), args...)
+		r.wantError(t, name, 1, want)
+		if r.err != nil && (strings.Contains(r.err.Error(), "SQLSTATE") || strings.Contains(r.err.Error(), "failed to connect")) {
+			t.Errorf("%s: the error is pgx's chain: %v", name, r.err)
+		}
+	}
 }

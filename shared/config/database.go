@@ -48,6 +48,9 @@ func LoadDatabase(env Env, poolSize int32) (dbpool.Config, error) {
 		SSLRootCert: getenv("OUTBOX_DB_SSLROOTCERT"),
 		Names:       databaseNames,
 	}
+	if env.DatabaseURLSetting != "" {
+		cfg.Names.DatabaseURL = env.DatabaseURLSetting
+	}
 	iam := databaseBool(getenv, "OUTBOX_DB_IAM_AUTH", fail)
 	cfg.SimpleProtocol = databaseBool(getenv, "OUTBOX_DB_SIMPLE_PROTOCOL", fail)
 	if raw := getenv("OUTBOX_DB_PORT"); raw != "" {
