@@ -329,3 +329,39 @@ func TestConsoleAsOperatorAndReader(t *testing.T) {
 		t.Errorf("%d of the operator's 3 logged actions recorded under its own login", n)
 	}
 }
+
+// A pause of a namespace or topic that nothing names — no message, no
+// pause, no route — is a likely typo that would hold nothing while the
+// real one flows: refused with the nearest names, unless --force. A route
+// naming the namespace makes it known, and so does a pause in force.
+func TestPauseOfAnUnknownNameIsRefused(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	enqueueMessages(t, d.Pool, usageMessage(1))
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--namespace", "billingg"}, `namespace "billingg" is unknown: no pending or dead messages, no pause and no route name it (did you mean --namespace billing?); --force pauses it anyway`},
+		{[]string{"--namespace", "ledger"}, `namespace "ledger" is unknown`},
+		{[]string{"--namespace", "billing", "--topic", "usage_snapshots"}, `topic "usage_snapshots" of namespace billing is unknown: no pending or dead messages, no pause and no route name it (did you mean --topic usage_snapshot?)`},
+	} {
+		args := append([]string{"pause", "--reason", "INC-1"}, tc.args...)
+		cli(t, env, args...).wantError(t, strings.Join(args, " "), 2, tc.want)
+	}
+	if n := countRows(t, d.Pool, `SELECT count(*) FROM outbox.paused`); n != 0 {
+		t.Fatalf("%d pauses after refusals", n)
+	}
+
+	cli(t, env, "pause", "--namespace", "ledger", "--reason", "before its producers start", "--force").
+		wantOK(t, "pause --force", "paused namespace ledger (0 pending messages)")
+	// Paused, the namespace is known: resuming and pausing again need no force.
+	cli(t, env, "resume", "--namespace", "ledger", "--reason", "x").wantOK(t, "resume ledger", "resumed namespace ledger")
+	// A route naming a namespace makes it known, messages or not.
+	routed := db(d.URL, "OUTBOX_ROUTES", `{"routes":[{"match":{"namespace":"payments","topic":"*"},"target":{"type":"http","url":"https://example.com/hook","signing_secret_env":"HOOK_SECRET"}}]}`,
+		"HOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	cli(t, routed, "pause", "--namespace", "payments", "--reason", "x").wantOK(t, "pause a routed namespace", "paused namespace payments")
+	cli(t, env, "pause", "--namespace", "billing", "--topic", "usage_snapshot", "--reason", "x").wantOK(t, "pause a known topic", "paused billing/usage_snapshot (1 pending message)")
+}
