@@ -512,3 +512,36 @@ func TestBlockedAndDiscard(t *testing.T) {
 		t.Fatalf("after the discard the key's next message is not claimable: %v %v", next, err)
 	}
 }
+
+// enqueue holds messages to the database's outbox.limits, the authority
+// every producer answers to: raised, a 300 KB payload read from a file
+// (@FILE) is taken; lowered, a payload over it is refused before the
+// database, naming the field, and nothing is written.
+func TestEnqueueHoldsToTheDatabasesLimits(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	file := filepath.Join(t.TempDir(), "large.json")
+	if err := os.WriteFile(file, []byte(`{"blob":"`+strings.Repeat("x", 300_000)+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"enqueue", "--namespace", "billing", "--topic", "export", "--payload", "@" + file}
+	cli(t, env, args...).wantError(t, "300 KB under the default limit", 2, "payload is 300011 bytes, over the limit of 262144")
+	if _, err := d.Pool.Exec(context.Background(), `UPDATE outbox.limits SET max_payload_bytes = 1048576`); err != nil {
+		t.Fatal(err)
+	}
+	cli(t, env, args...).wantOK(t, "300 KB under a limit of 1 MiB", "yes")
+	if _, err := d.Pool.Exec(context.Background(), `UPDATE outbox.limits SET max_payload_bytes = 64, max_headers = 1`); err != nil {
+		t.Fatal(err)
+	}
+	cli(t, env, "enqueue", "--namespace", "billing", "--topic", "export", "--payload", `{"tokens":1}`, "--header", "a=1", "--header", "b=2").
+		wantError(t, "two headers under a limit of one", 2, "header has 2 entries, more than the limit of 1")
+	r := cli(t, env, "enqueue", "--namespace", "billing", "--topic", "export", "--payload", `{"blob":"`+strings.Repeat("y", 100)+`"}`)
+	r.wantError(t, "100 bytes under a limit of 64", 2, "payload is 111 bytes, over the limit of 64")
+	if r.err != nil && strings.Contains(r.err.Error(), "aborted") {
+		t.Errorf("the database, not outboxctl, refused the payload: %v", r.err)
+	}
+	if n := countRows(t, d.Pool, `SELECT count(*) FROM outbox.pending`); n != 1 {
+		t.Errorf("%d messages pending, want the one 300 KB payload", n)
+	}
+}
