@@ -545,3 +545,32 @@ func TestEnqueueHoldsToTheDatabasesLimits(t *testing.T) {
 		t.Errorf("%d messages pending, want the one 300 KB payload", n)
 	}
 }
+
+// dead show takes a prefix of an id, of 8 hex digits or more, that one
+// message alone begins with; an ambiguous one lists the candidates, and a
+// short one is refused.
+func TestDeadShowTakesAUniquePrefix(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	enqueueMessages(t, d.Pool, usageMessage(1), usageMessage(2), usageMessage(3))
+	ids := deadLetters(t, d, 3)
+	// Ids made in one millisecond share their first 12 hex digits (a
+	// UUIDv7's timestamp): give the three a common prefix and distinct
+	// next digits, as messages of one busy minute have. (Their attempts,
+	// append-only, stay under the old ids.)
+	for i, id := range ids {
+		renamed := uuid.MustParse(fmt.Sprintf("0193a3c4-5e6f-7%x%s", i, id.String()[16:]))
+		if _, err := d.Pool.Exec(context.Background(), `UPDATE outbox.dead SET id = $2 WHERE id = $1`, id, renamed); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = renamed
+	}
+	for _, prefix := range []string{ids[1].String()[:16], strings.ToUpper(ids[1].String()[:20]), strings.ReplaceAll(ids[1].String()[:16], "-", "")} {
+		cli(t, env, "dead", "show", prefix).wantOK(t, "dead show "+prefix, "message "+ids[1].String()+"  DEAD")
+	}
+	amb := cli(t, env, "dead", "show", "0193a3c4")
+	amb.wantError(t, "an ambiguous prefix", 2, "prefix 0193a3c4 is ambiguous: it matches 3 messages: "+ids[0].String()+", "+ids[1].String()+", "+ids[2].String())
+	cli(t, env, "dead", "show", "0193a3").wantError(t, "a short prefix", 2, "give at least 8 hex digits")
+	cli(t, env, "dead", "show", "ffffffff").wantError(t, "a prefix of nothing", 1, "no message id begins with ffffffff")
+}
