@@ -37,12 +37,14 @@ test: test-postgres test-modules ## Run every test, race detector on, against th
 # module's even when another's failed, then one line of totals
 # (.ci/testsum reads go test -json). Built, not go run, which would print
 # "exit status 1" after the totals; in a directory of its own, since the
-# infra tests run this target while make test runs it.
+# infra tests run this target while make test runs it. -timeout: go test's
+# default of 10 minutes per package is a wall-clock bound a loaded machine
+# can reach with the end-to-end packages; a hung test still ends the run.
 .PHONY: test-modules
 test-modules:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
 	$(GO) build -o "$$dir/testsum" ./.ci/testsum && \
-	"$$dir/testsum" -label "make test" -go "$(GO)" -modules "$(MODULES)" -- -race -count=1 ./...
+	"$$dir/testsum" -label "make test" -go "$(GO)" -modules "$(MODULES)" -- -race -count=1 -timeout 30m ./...
 
 # Without a server every database test would fail with the same hint, a
 # few hundred times: check once first (when pg_isready is installed).

@@ -145,7 +145,7 @@ func TestBroken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^test: test-postgres test-modules `).Match(makefile) || !strings.Contains(string(makefile), "-- -race -count=1 ./...") {
+	if !regexp.MustCompile(`(?m)^test: test-postgres test-modules `).Match(makefile) || !strings.Contains(string(makefile), "-- -race -count=1 -timeout 30m ./...") {
 		t.Error("make test does not check PostgreSQL and then run test-modules with -race -count=1 over each module's ./...")
 	}
 }
