@@ -16,8 +16,10 @@ LAMBDA_ARCH ?= arm64
 # its own verb, bench-compare.
 MODULES := . shared/outbox
 
+# awk reads the Makefile's text: the variables a description names are
+# expanded here, with the values this make run has.
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -v arch='$(LAMBDA_ARCH)' 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {gsub(/\$$\(LAMBDA_ARCH\)/, arch, $$2); printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run outboxctl
 run: outboxctl ## The whole data path on this machine in one command (outboxctl demo): PostgreSQL, 20,000 messages, a signed webhook sink, dispatch, reaper, dead letters, replay (ARGS="--messages 5000 …" passes flags)
@@ -29,8 +31,20 @@ outboxctl: ## Build the operator CLI as bin/outboxctl (with its VCS revision: bi
 	@if [ ! -x bin/outboxctl ]; then echo "compiling outboxctl into bin/outboxctl: about 2 minutes the first time (an empty Go build cache), seconds after"; fi
 	@$(GO) build -buildvcs=auto -o bin/outboxctl ./cmd/outboxctl
 
-test: test-postgres ## Run every test, race detector on, against the PostgreSQL at $OUTBOX_TEST_DATABASE_URL
-	@set -e; for m in $(MODULES); do echo "== go test in $$m"; (cd $$m && $(GO) test -race -count=1 ./...); done
+test: test-postgres test-modules ## Run every test, race detector on, against the PostgreSQL at $OUTBOX_TEST_DATABASE_URL; ends with one line of totals
+
+# make test without its PostgreSQL check: every module's tests, each
+# module's even when another's failed, then one line of totals
+# (.ci/testsum reads go test -json). Built, not go run, which would print
+# "exit status 1" after the totals; in a directory of its own, since the
+# infra tests run this target while make test runs it. -timeout: go test's
+# default of 10 minutes per package is a wall-clock bound a loaded machine
+# can reach with the end-to-end packages; a hung test still ends the run.
+.PHONY: test-modules
+test-modules:
+	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
+	$(GO) build -o "$$dir/testsum" ./.ci/testsum && \
+	"$$dir/testsum" -label "make test" -go "$(GO)" -modules "$(MODULES)" -- -race -count=1 -timeout 30m ./...
 
 # Without a server every database test would fail with the same hint, a
 # few hundred times: check once first (when pg_isready is installed).

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/lease"
@@ -53,10 +59,12 @@ out the backoff. Each gets a RESCHEDULED attempt in the archive naming the
 operator (the OS user unless --operator), the database login and the
 --reason, which --yes requires.
 
-All or nothing: a message that is leased, dead (replay it instead),
-delivered, or never failed refuses the whole call, naming each. A paused
-message is rescheduled but waits for the resume; one behind its key's head
-still waits for the head. Without --yes, retry only says what it would do.`,
+All or nothing: a message the database will not retry now (leased, dead —
+replay it instead —, delivered) refuses the whole call, naming each, and
+exits 1. A paused message is rescheduled but waits for the resume; one
+behind its key's head still waits for the head. Without --yes, retry makes
+the call and rolls it back: it says what --yes would do, and exits 1 when
+--yes would be refused.`,
 		Example: `  outboxctl pending list --retrying --namespace billing
   outboxctl retry 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d
   outboxctl retry 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d --yes --reason "INC-4211: billing endpoint fixed"`,
@@ -79,31 +87,7 @@ still waits for the head. Without --yes, retry only says what it would do.`,
 			defer pool.Close()
 			w := cmd.OutOrStdout()
 			if !a.yes {
-				page, err := store.ListPending(cmd.Context(), lease.PendingFilter{MessageIDs: ids, Limit: len(ids)})
-				if err != nil {
-					return err
-				}
-				found := map[string]lease.PendingMessage{}
-				for _, m := range page.Messages {
-					found[m.ID.String()] = m
-				}
-				now := time.Now()
-				for _, id := range ids {
-					m, ok := found[id.String()]
-					switch {
-					case !ok:
-						fmt.Fprintf(w, "%s: not pending (dead, delivered or unknown): would refuse the call\n", id)
-					case m.LastErrorCode == "":
-						fmt.Fprintf(w, "%s: %s, never failed: would refuse the call\n", id, m.State)
-					case m.State == lease.PendingLeased || m.State == lease.PendingLeaseExpired:
-						fmt.Fprintf(w, "%s: %s by %s: would refuse the call\n", id, m.State, m.ClaimedBy)
-					default:
-						fmt.Fprintf(w, "%s: %s/%s, %s (%s), next attempt %s: would retry now\n",
-							id, m.Namespace, m.Topic, m.State, m.LastErrorCode, nextAttempt(m, now))
-					}
-				}
-				fmt.Fprintln(w, `dry run: add --yes --reason "…" to retry`)
-				return nil
+				return retryDryRun(cmd.Context(), w, pool, ids, a)
 			}
 			moved, err := store.RetryNow(cmd.Context(), lease.RetryRequest{MessageIDs: ids, Reason: a.reason, Operator: a.operator})
 			if err != nil {
@@ -203,4 +187,77 @@ take them. Without --yes it only counts what would go.`,
 	cmd.Flags().IntVar(&limit, "limit", 1000, "purge at most this many per call, oldest first")
 	a.register(cmd, "purge them")
 	return cmd
+}
+
+// retryDryRun says what retry --yes would do by doing it in a transaction
+// that is rolled back: the database's own rules decide, so the dry run
+// cannot promise what the call would refuse. It lists each message as it
+// stands, then what would happen; a refusal is returned, as the call
+// would return it, marked a dry run.
+func retryDryRun(ctx context.Context, w io.Writer, pool *dbpool.Pool, ids []uuid.UUID, a actionFlags) error {
+	page, err := lease.NewStore(pool).ListPending(ctx, lease.PendingFilter{MessageIDs: ids, Limit: len(ids)})
+	if err != nil {
+		return err
+	}
+	found := map[uuid.UUID]lease.PendingMessage{}
+	for _, m := range page.Messages {
+		found[m.ID] = m
+	}
+	var moved []lease.Rescheduled
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// The reason and operator are the database's requirements; nothing
+		// of this call is kept.
+		moved, err = lease.NewStore(tx).RetryNow(ctx, lease.RetryRequest{MessageIDs: ids, Reason: "dry run", Operator: a.operator})
+		if err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if err != nil && !errors.Is(err, errRollback) {
+		if r, ok := refusal("retry", err).(refusedError); ok {
+			r.dryRun = true
+			err = r
+		}
+		if !a.asJSON { // with --json, the refusal goes to stdout as JSON
+			printRetryCandidates(w, ids, found, nil)
+		}
+		return err
+	}
+	if a.asJSON {
+		return writeJSON(w, struct {
+			DryRun bool                `json:"dry_run"`
+			Would  []lease.Rescheduled `json:"would_retry"`
+		}{true, moved})
+	}
+	would := map[uuid.UUID]bool{}
+	for _, m := range moved {
+		would[m.ID] = true
+	}
+	printRetryCandidates(w, ids, found, would)
+	fmt.Fprintln(w, `dry run: nothing changed; add --yes --reason "…" to retry`)
+	return nil
+}
+
+// errRollback ends a transaction whose work was only to be seen.
+var errRollback = errors.New("rolled back")
+
+// printRetryCandidates lists the messages retry names, as they stand, and
+// when would is set, which it would retry now.
+func printRetryCandidates(w io.Writer, ids []uuid.UUID, found map[uuid.UUID]lease.PendingMessage, would map[uuid.UUID]bool) {
+	now := time.Now()
+	for _, id := range ids {
+		m, ok := found[id]
+		line := fmt.Sprintf("%s: not pending (dead, delivered or unknown)", id)
+		if ok {
+			code := ""
+			if m.LastErrorCode != "" {
+				code = " (" + m.LastErrorCode + ")"
+			}
+			line = fmt.Sprintf("%s: %s/%s, %s%s, next attempt %s", id, m.Namespace, m.Topic, m.State, code, nextAttempt(m, now))
+		}
+		if would[id] {
+			line += ": would retry now"
+		}
+		fmt.Fprintln(w, line)
+	}
 }

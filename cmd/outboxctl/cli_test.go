@@ -32,6 +32,9 @@ type invocation struct {
 	env   map[string]string
 	stdin string
 	ctx   context.Context
+	// out, when set, receives the command's output as it is written, for
+	// a test that watches it while the command runs.
+	out *syncBuffer
 }
 
 type result struct {
@@ -54,7 +57,10 @@ func cli(t *testing.T, inv invocation, args ...string) result {
 		return os.Getenv(name)
 	}
 	root := newRootCommandWithEnv(getenv)
-	out := &syncBuffer{}
+	out := inv.out
+	if out == nil {
+		out = &syncBuffer{}
+	}
 	root.SetOut(out)
 	root.SetErr(out)
 	root.SetIn(strings.NewReader(inv.stdin))

@@ -15,8 +15,9 @@ import (
 //     usage error suggesting the nearest names ("did you mean status?");
 //   - any complaint about positional arguments is a usage error (exit 2),
 //     whichever validator made it (cobra.NoArgs's would exit 1);
-//   - errors pass through explain, which turns an unreachable or
-//     unmigrated database into what to do about it.
+//   - errors pass through explain, which turns an unreachable, missing or
+//     unmigrated database into what to do about it, and a refused action
+//     into the database's reason (as JSON on stdout too with --json).
 func finishCommandTree(root *cobra.Command) {
 	// help and completion are added by cobra when the command runs;
 	// adding them now lets them follow the rules too.
@@ -45,7 +46,18 @@ func finishCommandTree(root *cobra.Command) {
 			}
 		}
 		if run := c.RunE; run != nil {
-			c.RunE = func(cmd *cobra.Command, args []string) error { return explain(run(cmd, args)) }
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				err := explain(commandName(cmd), run(cmd, args))
+				var refused refusedError
+				if errors.As(err, &refused) && jsonWanted(cmd) {
+					// A script asked for JSON: the refusal, with its
+					// SQLSTATE, on stdout too.
+					if werr := writeJSON(cmd.OutOrStdout(), refused.json()); werr != nil {
+						return errors.Join(err, werr)
+					}
+				}
+				return err
+			}
 		}
 	}
 	walk(root)
@@ -156,4 +168,10 @@ func editDistance(a, b string) int {
 		}
 	}
 	return d[len(ra)][len(rb)]
+}
+
+// jsonWanted reports whether the command was asked for JSON (--json).
+func jsonWanted(cmd *cobra.Command) bool {
+	f := cmd.Flags().Lookup("json")
+	return f != nil && f.Value.String() == "true"
 }

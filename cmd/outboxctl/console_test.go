@@ -106,7 +106,7 @@ func TestRetry(t *testing.T) {
 	enqueueMessages(t, d.Pool, usageMessage(1), usageMessage(2))
 	failing := retryLater(t, d)
 	enqueueMessages(t, d.Pool, usageMessage(3))
-	fresh := ids(t, d, `SELECT id FROM outbox.pending WHERE last_error_code IS NULL`)
+	dead := deadLetters(t, d, 1)[0]
 
 	for _, tc := range []struct {
 		args []string
@@ -120,13 +120,40 @@ func TestRetry(t *testing.T) {
 		cli(t, env, append([]string{"retry"}, tc.args...)...).wantError(t, strings.Join(tc.args, " "), 2, tc.want)
 	}
 
-	dry := cli(t, env, "retry", failing[0].String(), fresh[0].String())
-	dry.wantOK(t, "retry dry run", failing[0].String()+": billing/usage_snapshot, retrying (TARGET_5XX), next attempt in 59m", "would retry now",
-		fresh[0].String()+": due, never failed: would refuse the call", "dry run: add --yes")
-	cli(t, env, "retry", failing[0].String(), fresh[0].String(), "--yes", "--reason", "target fixed").
-		wantError(t, "retry a message that never failed", 1, fresh[0].String()+" has not failed")
+	// A dry run says what the call would do, as the database decides it,
+	// and exits as the call would: 0 when it would retry, 1 when --yes
+	// would be refused, in the database's words without the layers'
+	// prefixes.
+	dry := cli(t, env, "retry", failing[0].String())
+	dry.wantOK(t, "retry dry run", failing[0].String()+": billing/usage_snapshot, retrying (TARGET_5XX), next attempt in ", "s: would retry now",
+		"dry run: nothing changed; add --yes")
+	refused := cli(t, env, "retry", failing[0].String(), dead.String())
+	refused.wantError(t, "retry dry run of a dead letter", 1, "retry would be refused, nothing would change: ")
+	for _, want := range []string{dead.String(), "dead letter"} {
+		if !strings.Contains(oneLine(refused.err), want) {
+			t.Errorf("the dry run's refusal %q does not name %q", oneLine(refused.err), want)
+		}
+	}
+	if !strings.Contains(refused.out, dead.String()+": not pending") || strings.Contains(refused.out, "would retry now") {
+		t.Errorf("the refused dry run lists:\n%s", refused.out)
+	}
+	real := cli(t, env, "retry", failing[0].String(), dead.String(), "--yes", "--reason", "target fixed")
+	real.wantError(t, "retry a dead letter", 1, "retry refused: ")
+	for _, internal := range []string{"lease:", "outbox.retry_now", "SQLSTATE", "ERROR:"} {
+		if strings.Contains(oneLine(real.err), internal) || strings.Contains(oneLine(refused.err), internal) {
+			t.Errorf("the refusal shows %q: %q / %q", internal, oneLine(real.err), oneLine(refused.err))
+		}
+	}
+	if !strings.Contains(oneLine(real.err), dead.String()) {
+		t.Errorf("the refusal %q does not name the dead letter", oneLine(real.err))
+	}
+	var doc refusedJSON
+	asJSON := cli(t, env, "retry", failing[0].String(), dead.String(), "--json")
+	if err := json.Unmarshal([]byte(asJSON.out), &doc); err != nil || !doc.Refused || !doc.DryRun || doc.SQLState != "P7005" || asJSON.code != 1 {
+		t.Errorf("retry --json of a dead letter: exit %d, %+v (%v) from %q, want a dry run's refusal with SQLSTATE P7005", asJSON.code, doc, err, asJSON.out)
+	}
 	if n := countRows(t, d.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'RESCHEDULED'`); n != 0 {
-		t.Fatalf("a refused retry recorded %d RESCHEDULED attempts", n)
+		t.Fatalf("dry runs and a refused retry recorded %d RESCHEDULED attempts", n)
 	}
 
 	done := cli(t, env, "retry", failing[0].String(), failing[1].String(), "--yes", "--reason", "INC-7: target fixed", "--operator", "alice@example.com")
@@ -301,4 +328,40 @@ func TestConsoleAsOperatorAndReader(t *testing.T) {
 	if n := countRows(t, d.Pool, `SELECT count(*) FROM outbox.operator_log WHERE action IN ('pause', 'resume', 'purge_dead') AND db_user LIKE 'outbox\_t\_login\_%'`); n != 3 {
 		t.Errorf("%d of the operator's 3 logged actions recorded under its own login", n)
 	}
+}
+
+// A pause of a namespace or topic that nothing names — no message, no
+// pause, no route — is a likely typo that would hold nothing while the
+// real one flows: refused with the nearest names, unless --force. A route
+// naming the namespace makes it known, and so does a pause in force.
+func TestPauseOfAnUnknownNameIsRefused(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	env := db(d.URL)
+	enqueueMessages(t, d.Pool, usageMessage(1))
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--namespace", "billingg"}, `namespace "billingg" is unknown: no pending or dead messages, no pause and no route name it (did you mean --namespace billing?); --force pauses it anyway`},
+		{[]string{"--namespace", "ledger"}, `namespace "ledger" is unknown`},
+		{[]string{"--namespace", "billing", "--topic", "usage_snapshots"}, `topic "usage_snapshots" of namespace billing is unknown: no pending or dead messages, no pause and no route name it (did you mean --topic usage_snapshot?)`},
+	} {
+		args := append([]string{"pause", "--reason", "INC-1"}, tc.args...)
+		cli(t, env, args...).wantError(t, strings.Join(args, " "), 2, tc.want)
+	}
+	if n := countRows(t, d.Pool, `SELECT count(*) FROM outbox.paused`); n != 0 {
+		t.Fatalf("%d pauses after refusals", n)
+	}
+
+	cli(t, env, "pause", "--namespace", "ledger", "--reason", "before its producers start", "--force").
+		wantOK(t, "pause --force", "paused namespace ledger (0 pending messages)")
+	// Paused, the namespace is known: resuming and pausing again need no force.
+	cli(t, env, "resume", "--namespace", "ledger", "--reason", "x").wantOK(t, "resume ledger", "resumed namespace ledger")
+	// A route naming a namespace makes it known, messages or not.
+	routed := db(d.URL, "OUTBOX_ROUTES", `{"routes":[{"match":{"namespace":"payments","topic":"*"},"target":{"type":"http","url":"https://example.com/hook","signing_secret_env":"HOOK_SECRET"}}]}`,
+		"HOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	cli(t, routed, "pause", "--namespace", "payments", "--reason", "x").wantOK(t, "pause a routed namespace", "paused namespace payments")
+	cli(t, env, "pause", "--namespace", "billing", "--topic", "usage_snapshot", "--reason", "x").wantOK(t, "pause a known topic", "paused billing/usage_snapshot (1 pending message)")
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,20 +121,30 @@ func newDeadShowCommand(g *globalOptions) *cobra.Command {
 		Long: `Show a dead letter — or a pending message, or the attempt history of one
 already delivered — with its keys, headers, payload and every outcome
 recorded in outbox.attempts, oldest first (replays included, with their
-operator and reason).`,
+operator and reason).
+
+ID is the message's id, or a prefix of it of at least 8 hex digits that
+one message alone begins with; an ambiguous prefix is refused, listing the
+messages it matches.`,
 		Example: `  outboxctl dead show 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d
-  outboxctl dead show 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d --json`,
+  outboxctl dead show 0193a3c4-5e6f --json`,
 		Args: exactArgs(1, "a message id (outboxctl dead list shows them)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := uuid.Parse(args[0])
+			lo, hi, err := parseIDPrefix(args[0])
 			if err != nil {
-				return usagef("%q is not a message id (a UUID)", args[0])
+				return err
 			}
 			pool, store, err := g.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
+			id := lo
+			if lo != hi {
+				if id, err = resolveIDPrefix(cmd.Context(), store, args[0], lo, hi); err != nil {
+					return err
+				}
+			}
 			msg, err := store.LookupMessage(cmd.Context(), id)
 			found := err == nil
 			if err != nil && !errors.Is(err, lease.ErrMessageNotFound) {
@@ -257,4 +269,54 @@ func printAttempts(w io.Writer, attempts []lease.Attempt) {
 			orDash(a.ErrorCode), latency, orDash(strings.Join(strings.Fields(detail), " ")))
 	}
 	tw.Flush()
+}
+
+// minIDPrefix is the shortest prefix of an id dead show takes: 8 hex
+// digits, what the first group of a UUID shows.
+const minIDPrefix = 8
+
+// parseIDPrefix reads a message id or a prefix of one (hyphens anywhere,
+// any case) as the range of ids it covers: lo == hi for a whole id.
+func parseIDPrefix(s string) (lo, hi uuid.UUID, err error) {
+	if id, err := uuid.Parse(s); err == nil {
+		return id, id, nil
+	}
+	digits := strings.ToLower(strings.ReplaceAll(s, "-", ""))
+	_, hexErr := hex.DecodeString(digits + strings.Repeat("0", len(digits)%2))
+	if hexErr != nil || len(digits) == 0 || len(digits) > 32 {
+		return uuid.UUID{}, uuid.UUID{}, usagef("%q is not a message id (a UUID) nor a prefix of one", s)
+	}
+	if len(digits) < minIDPrefix {
+		return uuid.UUID{}, uuid.UUID{}, usagef("%q is too short a prefix of a message id: give at least %d hex digits", s, minIDPrefix)
+	}
+	lo = uuid.MustParse(digits + strings.Repeat("0", 32-len(digits)))
+	hi = uuid.MustParse(digits + strings.Repeat("f", 32-len(digits)))
+	return lo, hi, nil
+}
+
+// maxCandidates is how many messages an ambiguous prefix lists.
+const maxCandidates = 10
+
+// resolveIDPrefix is the one message whose id begins with prefix (the
+// range lo-hi); none, or more than one, is an error naming them.
+func resolveIDPrefix(ctx context.Context, store *lease.Store, prefix string, lo, hi uuid.UUID) (uuid.UUID, error) {
+	ids, err := store.MessageIDsBetween(ctx, lo, hi, maxCandidates+1)
+	if err != nil {
+		return uuid.UUID{}, err
+	}
+	switch {
+	case len(ids) == 1:
+		return ids[0], nil
+	case len(ids) == 0:
+		return uuid.UUID{}, fmt.Errorf("no message id begins with %s: none pending, dead or with recorded attempts", prefix)
+	}
+	names := make([]string, min(len(ids), maxCandidates))
+	for i := range names {
+		names[i] = ids[i].String()
+	}
+	matches := fmt.Sprintf("%d messages", len(ids))
+	if len(ids) > maxCandidates {
+		matches = fmt.Sprintf("more than %d messages, the first", maxCandidates)
+	}
+	return uuid.UUID{}, usagef("prefix %s is ambiguous: it matches %s: %s; give more of the id", prefix, matches, strings.Join(names, ", "))
 }

@@ -217,3 +217,51 @@ func embeddedMigrations(t *testing.T) int {
 	}
 	return len(files)
 }
+
+// runExploreLines runs the commands the demo's summary prints, as printed:
+// the export sets the database, and every bin/outboxctl line must parse
+// and succeed on it.
+func runExploreLines(t *testing.T, out string) {
+	t.Helper()
+	_, explore, ok := strings.Cut(out, "Explore the result")
+	if !ok {
+		t.Fatalf("the demo prints no commands to explore the result:\n%s", out)
+	}
+	lines := strings.Split(explore, "\n")[1:]
+	env := map[string]string{"OUTBOX_TRACING": "off"}
+	var commands int
+	for _, line := range lines {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "export OUTBOX_DATABASE_URL="):
+			env["OUTBOX_DATABASE_URL"] = strings.Trim(strings.TrimPrefix(line, "export OUTBOX_DATABASE_URL="), "'")
+		case strings.HasPrefix(line, "bin/outboxctl "):
+			if env["OUTBOX_DATABASE_URL"] == "" {
+				t.Fatalf("%q comes before the export of OUTBOX_DATABASE_URL", line)
+			}
+			if strings.ContainsAny(line, "<>|;$") {
+				t.Errorf("%q is not a command to run as printed", line)
+				continue
+			}
+			commands++
+			cli(t, invocation{env: env}, strings.Fields(line)[1:]...).wantOK(t, line)
+		case line == "":
+		default:
+			t.Errorf("the explore lines hold %q, neither an export nor a bin/outboxctl command", line)
+		}
+		if line == "" {
+			break
+		}
+	}
+	if commands < 3 {
+		t.Errorf("%d commands to explore the result, want status, dead list, dead show and replay", commands)
+	}
+	// bin/outboxctl is what make outboxctl (and make run) build.
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(makefile), "-o bin/outboxctl ./cmd/outboxctl") {
+		t.Error("the Makefile does not build bin/outboxctl, which the demo's explore lines run")
+	}
+}

@@ -164,9 +164,9 @@ func (f enqueueFlags) message(now time.Time) (outbox.Message, error) {
 	return msg, nil
 }
 
-// maxLineBytes bounds one JSON line: the largest payload the outbox takes
-// (256 KiB) with generous room for the rest and for escaping.
-const maxLineBytes = 4 << 20
+// maxLineBytes bounds one JSON line: the largest payload outbox.limits
+// may allow (10 MiB), with room for the rest and for escaping.
+const maxLineBytes = 24 << 20
 
 // readMessageLines reads every line before anything is written, so that a
 // bad line fails the whole input. It returns each message's line number.
@@ -240,13 +240,17 @@ func describeLineError(err error) string {
 }
 
 // enqueueInOneTransaction writes every message, in batches, in one
-// transaction: all or nothing. where(i) names message i in errors.
+// transaction: all or nothing. where(i) names message i in errors. The
+// messages are held to the database's limits (outbox.limits), which every
+// producer is held to, not to the Go producer's defaults: an operator who
+// raised max_payload_bytes can enqueue what the database now takes.
 func enqueueInOneTransaction(ctx context.Context, pool *dbpool.Pool, msgs []outbox.Message, where func(int) string) ([]outbox.Enqueued, error) {
+	producer := outbox.Producer{Limits: databaseLimits(ctx, pool)}
 	var results []outbox.Enqueued
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for from := 0; from < len(msgs); from += outbox.DefaultLimits.MaxBatch {
 			to := min(from+outbox.DefaultLimits.MaxBatch, len(msgs))
-			batch, err := outbox.EnqueueBatch(ctx, tx, msgs[from:to])
+			batch, err := producer.EnqueueBatch(ctx, tx, msgs[from:to])
 			var invalid *outbox.ValidationError
 			if errors.As(err, &invalid) {
 				field := invalid.Field
@@ -310,4 +314,19 @@ func printEnqueued(w io.Writer, results []outbox.Enqueued, asJSON bool) error {
 		fmt.Fprintf(w, "%s enqueued, %s duplicate%s suppressed\n", count(inserted), count(len(results)-inserted), plural(len(results)-inserted))
 	}
 	return nil
+}
+
+// databaseLimits reads outbox.limits. A login that may not read them (a
+// producer's: the table is the operators' and readers') gets the widest
+// limits the table allows instead, so that outbox.enqueue, which holds
+// every message to them, is the judge (its refusal names the field too).
+func databaseLimits(ctx context.Context, pool *dbpool.Pool) outbox.Limits {
+	l, err := outbox.LoadLimits(ctx, pool)
+	if err != nil {
+		// Unread, the bounds of outbox.limits' CHECK constraints: the
+		// database then refuses what it does not take, as it should.
+		return outbox.Limits{MaxPayloadBytes: 10 << 20, MaxKeyBytes: 4096, MaxHeaders: 64,
+			MaxHeaderValueBytes: 65536, MaxDelay: 100 * 365 * 24 * time.Hour}
+	}
+	return l
 }

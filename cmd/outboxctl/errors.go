@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
 // printError writes err as main reports it: the first line after
@@ -53,14 +56,21 @@ func problemLines(err error) []string {
 }
 
 // explain rewrites the errors an operator meets first into what to do
-// about them: a database that does not answer, and one without the outbox
-// schema. Other errors pass through unchanged.
-func explain(err error) error {
+// about them: a database that does not answer, does not exist, or lacks
+// the outbox schema, and an action the database refused, in its words
+// under the command's name. Other errors pass through unchanged.
+func explain(command string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if r := refusal(command, err); r != nil {
+		return r
+	}
 	if d := dialFailure(err); d != nil {
 		return d
+	}
+	if m := missingDatabase(err); m != nil {
+		return m
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -134,10 +144,7 @@ func dialFailure(err error) error {
 		return nil
 	}
 	cfg := connectErr.Config
-	server := cfg.Host
-	if !strings.HasPrefix(cfg.Host, "/") {
-		server = net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
-	}
+	server := serverAddress(cfg)
 	if cfg.User != "" {
 		server = cfg.User + "@" + server
 	}
@@ -145,4 +152,106 @@ func dialFailure(err error) error {
 		server += "/" + cfg.Database
 	}
 	return dialError{server: server, cause: cause, err: err}
+}
+
+// missingDatabaseError is a server that answered that the database named
+// does not exist (SQLSTATE 3D000): one line naming it and the server,
+// instead of pgx's chain of the connection attempt.
+type missingDatabaseError struct {
+	database, server string
+	err              error
+}
+
+func (e missingDatabaseError) Error() string {
+	return fmt.Sprintf("database %q does not exist on %s: create it, or correct the database's name in the connection settings", e.database, e.server)
+}
+func (e missingDatabaseError) Unwrap() error { return e.err }
+
+// missingDatabase is err as a missingDatabaseError when the server refused
+// the connection for want of the database; nil otherwise.
+func missingDatabase(err error) error {
+	var (
+		connectErr *pgconn.ConnectError
+		pgErr      *pgconn.PgError
+	)
+	if !errors.As(err, &connectErr) || connectErr.Config == nil || !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		return nil
+	}
+	return missingDatabaseError{database: connectErr.Config.Database, server: serverAddress(connectErr.Config), err: err}
+}
+
+// serverAddress is host:port, or a Unix socket's directory.
+func serverAddress(cfg *pgconn.Config) string {
+	if strings.HasPrefix(cfg.Host, "/") {
+		return cfg.Host
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+}
+
+// refusedError is an operator action the outbox's functions refused for
+// the state of what it names (lease.ErrRefused, SQLSTATE P7005) or for an
+// argument (lease.ErrInvalidArgument, 22023): the function's own message
+// and hint, without the layers' prefixes ("lease: operator action
+// refused (retry now): ERROR: outbox.retry_now: … (SQLSTATE P7005)")
+// that mean nothing to an operator. The SQLSTATE is kept for --json.
+type refusedError struct {
+	// command is what the operator ran: retry, dead purge.
+	command  string
+	message  string
+	hint     string
+	sqlstate string
+	// dryRun: the refusal of a call made to see what --yes would do.
+	dryRun bool
+	err    error
+}
+
+func (e refusedError) Error() string {
+	verb := e.command + " refused"
+	if e.dryRun {
+		verb = e.command + " would be refused, nothing would change"
+	}
+	s := verb + ": " + e.message
+	if e.hint != "" {
+		s += " (" + strings.TrimSuffix(e.hint, ".") + ")"
+	}
+	return s
+}
+func (e refusedError) Unwrap() error { return e.err }
+
+// refusedJSON is a refusal as --json prints it on stdout.
+type refusedJSON struct {
+	Error    string `json:"error"`
+	Refused  bool   `json:"refused"`
+	DryRun   bool   `json:"dry_run,omitempty"`
+	SQLState string `json:"sqlstate"`
+}
+
+func (e refusedError) json() refusedJSON {
+	return refusedJSON{Error: e.Error(), Refused: true, DryRun: e.dryRun, SQLState: e.sqlstate}
+}
+
+// functionPrefix is how the outbox's functions begin their messages.
+var functionPrefix = regexp.MustCompile(`^outbox\.[a-z_]+: `)
+
+// refusal is err as a refusedError when the database refused an action;
+// nil otherwise.
+func refusal(command string, err error) error {
+	var (
+		already refusedError
+		pgErr   *pgconn.PgError
+	)
+	if errors.As(err, &already) {
+		return already
+	}
+	if !errors.Is(err, lease.ErrRefused) && !errors.Is(err, lease.ErrInvalidArgument) || !errors.As(err, &pgErr) {
+		return nil
+	}
+	return refusedError{command: command, message: functionPrefix.ReplaceAllString(pgErr.Message, ""),
+		hint: pgErr.Hint, sqlstate: pgErr.Code, err: err}
+}
+
+// commandName is what the operator typed to run cmd: "retry", "dead purge".
+func commandName(cmd interface{ CommandPath() string }) string {
+	_, name, _ := strings.Cut(cmd.CommandPath(), " ")
+	return name
 }

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
 	"github.com/outboxkit/dispatcher/shared/lease"
+	"github.com/outboxkit/dispatcher/shared/outbox"
+	"github.com/outboxkit/dispatcher/shared/route"
 )
 
 // pauseFlags name what pause and resume act on, and why.
@@ -17,6 +23,8 @@ type pauseFlags struct {
 	reason    string
 	operator  string
 	asJSON    bool
+	// force pauses a namespace or topic nothing names (pause only).
+	force bool
 }
 
 func (p *pauseFlags) register(cmd *cobra.Command, verb string) {
@@ -84,6 +92,11 @@ database login and the --reason. outboxctl resume undoes it.`,
 				return err
 			}
 			defer pool.Close()
+			if !p.force {
+				if err := checkPauseSubject(cmd.Context(), store, configuredRoutes(g), p.namespace, p.topic); err != nil {
+					return err
+				}
+			}
 			n, err := store.Pause(cmd.Context(), req)
 			if err != nil {
 				return err
@@ -97,7 +110,88 @@ database login and the --reason. outboxctl resume undoes it.`,
 		},
 	}
 	p.register(cmd, "pause")
+	cmd.Flags().BoolVar(&p.force, "force", false, "pause a namespace or topic that has no messages and no route yet (what is enqueued later waits)")
 	return cmd
+}
+
+// checkPauseSubject refuses to pause a namespace, or a topic of it, that
+// nothing names: no pending message, no dead letter, no pause, no route
+// naming it. Such a pause holds nothing and says so without a word —
+// most likely a typo, with the real namespace still flowing — so it is
+// refused with the nearest names, and --force pauses it anyway (a
+// namespace paused before its producers start). A name that is not a
+// namespace at all is left to the database's own refusal.
+func checkPauseSubject(ctx context.Context, store *lease.Store, routes *route.Table, namespace, topic string) error {
+	if topic == lease.AllTopics {
+		topic = ""
+	}
+	if !outbox.NamePattern.MatchString(namespace) || (topic != "" && !outbox.NamePattern.MatchString(topic)) {
+		return nil
+	}
+	stats, err := store.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	pauses, err := store.Pauses(ctx)
+	if err != nil {
+		return err
+	}
+	namespaces, topics := map[string]bool{}, map[string]bool{}
+	note := func(ns, tp string) {
+		namespaces[ns] = true
+		if ns == namespace && tp != lease.AllTopics && tp != route.Wildcard {
+			topics[tp] = true
+		}
+	}
+	for _, s := range stats {
+		note(s.Namespace, s.Topic)
+	}
+	for _, p := range pauses {
+		note(p.Namespace, p.Topic)
+	}
+	if routes != nil {
+		for _, r := range routes.Routes {
+			if r.Match.Namespace != route.Wildcard {
+				note(r.Match.Namespace, r.Match.Topic)
+			} else if r.Match.Topic != route.Wildcard {
+				topics[r.Match.Topic] = true // a topic routed in every namespace
+			}
+		}
+	}
+	const why = "no pending or dead messages, no pause and no route name it"
+	if !namespaces[namespace] {
+		return usagef("pause: namespace %q is unknown: %s%s; --force pauses it anyway",
+			namespace, why, didYouMean(namespace, slices.Sorted(maps.Keys(namespaces)), "namespace"))
+	}
+	if topic != "" && !topics[topic] {
+		return usagef("pause: topic %q of namespace %s is unknown: %s%s; --force pauses it anyway",
+			topic, namespace, why, didYouMean(topic, slices.Sorted(maps.Keys(topics)), "topic"))
+	}
+	return nil
+}
+
+// didYouMean is ": did you mean --namespace billing?" for the names near
+// typed, or "" when none is.
+func didYouMean(typed string, names []string, flag string) string {
+	near := suggest(typed, names)
+	if len(near) == 0 {
+		return ""
+	}
+	for i := range near {
+		near[i] = "--" + flag + " " + near[i]
+	}
+	return " (did you mean " + orList(near) + "?)"
+}
+
+// configuredRoutes are the routes of the environment (OUTBOX_ROUTES, a
+// routes file or an SSM parameter), nil when none is configured or it
+// does not load: they only help recognise a namespace.
+func configuredRoutes(g *globalOptions) *route.Table {
+	cfg, err := dispatchconfig.Load(g.env())
+	if err != nil {
+		return nil
+	}
+	return cfg.Routes
 }
 
 func newResumeCommand(g *globalOptions) *cobra.Command {

@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/config/ssmparam"
@@ -59,6 +61,11 @@ type globalOptions struct {
 // every database source of the process's.
 func (g *globalOptions) env() config.Env {
 	env := config.Env{Getenv: g.getenv, ReadFile: os.ReadFile}.WithDatabaseURL(g.databaseURL)
+	if g.databaseURL != "" {
+		// A bad URL is the flag's, not OUTBOX_DATABASE_URL's, which may
+		// not even be set.
+		env.DatabaseURLSetting = "--database-url"
+	}
 	// OUTBOX_ROUTES_SSM_PARAMETER, for invoke dispatch and serve.
 	env.ReadParameter = ssmparam.Reader(context.Background(), func(ctx context.Context) (aws.Config, error) {
 		return awsconfig.LoadDefaultConfig(ctx)
@@ -133,7 +140,7 @@ OUTBOX_DB_USER) — migrate included.`,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", "", "PostgreSQL URL (default $OUTBOX_DATABASE_URL)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(
 		newMigrateCommand(g),
 		newEnqueueCommand(g),
@@ -183,4 +190,34 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// flagError is every command's answer to a flag it cannot parse: a usage
+// error, and for an unknown flag the nearest of the command's own and
+// inherited flags ("unknown flag: --jsn: did you mean --json?"), which
+// cobra suggests for commands only.
+func flagError(cmd *cobra.Command, err error) error {
+	var unknown *pflag.NotExistError
+	if !errors.As(err, &unknown) || unknown.GetSpecifiedName() == "" {
+		return usageError{err}
+	}
+	var names []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			names = append(names, f.Name)
+		}
+	})
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && !slices.Contains(names, f.Name) {
+			names = append(names, f.Name)
+		}
+	})
+	near := suggest(unknown.GetSpecifiedName(), names)
+	if len(near) == 0 {
+		return usagef("%v (see %s --help)", err, cmd.CommandPath())
+	}
+	for i := range near {
+		near[i] = "--" + near[i]
+	}
+	return usagef("%v: did you mean %s?", err, orList(near))
 }

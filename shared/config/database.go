@@ -49,6 +49,9 @@ func LoadDatabase(env Env, poolSize int32) (dbpool.Config, error) {
 		SSLRootCert: getenv("OUTBOX_DB_SSLROOTCERT"),
 		Names:       databaseNames,
 	}
+	if env.DatabaseURLSetting != "" {
+		cfg.Names.DatabaseURL = env.DatabaseURLSetting
+	}
 	iam := databaseBool(getenv, "OUTBOX_DB_IAM_AUTH", fail)
 	// dbpool checks the value, naming the variable; transaction implies the
 	// simple protocol, which an explicit false contradicts.

@@ -18,6 +18,11 @@ type Env struct {
 	// names (package ssmparam builds one). Nil: parameters cannot be read
 	// here, and naming one is an error.
 	ReadParameter func(name string) (string, error)
+	// DatabaseURLSetting is what messages call the database URL when it
+	// came from elsewhere than OUTBOX_DATABASE_URL (outboxctl's
+	// --database-url), so that an error names what the operator typed.
+	// "": OUTBOX_DATABASE_URL.
+	DatabaseURLSetting string
 }
 
 // OS is the process's environment.
@@ -55,7 +60,8 @@ func (e Env) readFile() func(string) ([]byte, error) {
 }
 
 // WithDatabaseURL is e with url as the database, replacing every database
-// source e names (outboxctl's --database-url); "" leaves e as it is.
+// source e names (outboxctl's --database-url); "" leaves e as it is. Set
+// DatabaseURLSetting to have messages name the URL's source.
 func (e Env) WithDatabaseURL(url string) Env {
 	if url == "" {
 		return e

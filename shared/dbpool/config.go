@@ -410,6 +410,10 @@ func (c Config) sourceProblems() problems {
 	case SourceURL:
 		if c.DatabaseURL == "" {
 			ps.add(n.DatabaseURL, "is empty")
+		} else if scheme, ok := foreignScheme(string(c.DatabaseURL)); ok {
+			// pgx would read it as key=value pairs and say only that
+			// they cannot be tokenized.
+			ps.add(n.DatabaseURL, "is not a PostgreSQL URL: its scheme is %s://, want postgres:// or postgresql://", scheme)
 		} else if _, err := pgxpool.ParseConfig(urlConnString(c.withValidSSLMode())); err != nil {
 			// pgx's message shows the string with the password masked as
 			// best it can; scrub what it may have missed (a URL parse
@@ -562,4 +566,36 @@ func portString(p uint16) string {
 		return ""
 	}
 	return strconv.Itoa(int(p))
+}
+
+// foreignScheme returns the scheme of a URL whose scheme is not
+// PostgreSQL's (a typo such as postgress://, or another database's), and
+// whether there is one.
+func foreignScheme(connString string) (string, bool) {
+	scheme, _, ok := strings.Cut(connString, "://")
+	if !ok || scheme == "" || !isSchemeLetter(scheme[0], true) {
+		return "", false
+	}
+	for i := 1; i < len(scheme); i++ {
+		if !isSchemeLetter(scheme[i], false) {
+			return "", false // a key=value string with "://" in a value
+		}
+	}
+	switch scheme { // pgx takes these two only, in lower case
+	case "postgres", "postgresql":
+		return "", false
+	}
+	return scheme, true
+}
+
+// isSchemeLetter reports whether b may be in a URL's scheme (RFC 3986: a
+// letter first, then letters, digits, +, - and .).
+func isSchemeLetter(b byte, first bool) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z':
+		return true
+	case first:
+		return false
+	}
+	return '0' <= b && b <= '9' || b == '+' || b == '-' || b == '.'
 }

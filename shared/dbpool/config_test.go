@@ -52,6 +52,28 @@ func TestProblemsNameTheSettingsByNames(t *testing.T) {
 	}
 }
 
+// A URL of another scheme (a typo, another database's) is named as such,
+// not as key=value pairs that cannot be tokenized; a key=value string
+// holding "://" in a value is still read as one.
+func TestAURLOfAnotherSchemeIsNamed(t *testing.T) {
+	t.Parallel()
+	for conn, want := range map[string]string{
+		"postgress://foo":         "is not a PostgreSQL URL: its scheme is postgress://, want postgres:// or postgresql://",
+		"mysql://u:secret@db/app": "its scheme is mysql://",
+		"POSTGRESQL://db/x":       "its scheme is POSTGRESQL://",
+	} {
+		err := (dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: dbpool.ConnString(conn)}).Validate()
+		if !hasProblem(err, "DatabaseURL", want) || strings.Contains(fmt.Sprint(err), "secret") {
+			t.Errorf("%s: %v, want %q without the password", conn, err, want)
+		}
+	}
+	for _, conn := range []string{"postgres://db/x", "postgresql://db/x", "host=db dbname=x options='-c search_path=a://b'"} {
+		if err := (dbpool.Config{Source: dbpool.SourceURL, DatabaseURL: dbpool.ConnString(conn)}).Validate(); err != nil {
+			t.Errorf("%s: %v", conn, err)
+		}
+	}
+}
+
 // hasProblem reports whether err is a *ConfigError with a problem for the
 // setting whose message contains fragment.
 func hasProblem(err error, setting, fragment string) bool {

@@ -257,15 +257,11 @@ func TestCompleteBatchFailingHalfwayRollsBackWhole(t *testing.T) {
 				}
 			}
 			before := snapshot(t, db.Pool)
-			started := time.Now()
 			_, err = store.CompleteBatch(ctx, "w", results)
 			var lerr *lease.Error
 			var pgErr *pgconn.PgError
 			if !errors.As(err, &lerr) || lerr.Op != "complete" || lerr.Kind != nil || !errors.As(err, &pgErr) || pgErr.Code != tc.code {
 				t.Fatalf("CompleteBatch: %v, want an unclassified *lease.Error (complete) carrying SQLSTATE %s", err, tc.code)
-			}
-			if tc.how == "slow" && time.Since(started) > 20*time.Second {
-				t.Fatalf("the statement ran %s: statement_timeout was not honoured", time.Since(started))
 			}
 			// All or nothing: the whole batch is still leased, under the same
 			// tokens, nothing archived, nothing dead, nothing rescheduled.

@@ -291,3 +291,29 @@ func readableHeaders(raw []byte) map[string]string {
 	}
 	return out
 }
+
+// messageIDsBetweenSQL finds ids in the three places a message can be
+// known by, each through its index on the id.
+const messageIDsBetweenSQL = `SELECT id FROM (
+    (SELECT id FROM outbox.pending WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT $3)
+    UNION
+    (SELECT id FROM outbox.dead WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT $3)
+    UNION
+    (SELECT message_id FROM outbox.attempts WHERE message_id BETWEEN $1 AND $2 ORDER BY message_id LIMIT $3)
+) ids ORDER BY id LIMIT $3`
+
+// MessageIDsBetween lists, in order, up to limit distinct ids from lo to
+// hi (inclusive) of the messages pending, dead or with recorded attempts:
+// how a prefix of an id is resolved, the ids sharing a prefix being a
+// range.
+func (s *Store) MessageIDsBetween(ctx context.Context, lo, hi uuid.UUID, limit int) ([]uuid.UUID, error) {
+	rows, err := s.db.Query(ctx, messageIDsBetweenSQL, lo, hi, limit)
+	if err != nil {
+		return nil, translate("ids", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, translate("ids", err)
+	}
+	return ids, nil
+}

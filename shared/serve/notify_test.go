@@ -50,10 +50,10 @@ func TestTriggerNotifiesOncePerTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A notification is delivered at commit; on a loaded machine it may
-	// take a while, so the first is awaited for up to 5s. Later ones are
+	// take a while, so the first is awaited for up to a minute. Later ones are
 	// awaited 300ms: a late duplicate would be counted by the next case or
 	// the final check instead, never missed entirely.
-	const first, quiet = 5 * time.Second, 300 * time.Millisecond
+	const first, quiet = time.Minute, 300 * time.Millisecond
 	msg := func(i int) outbox.Message {
 		return outbox.Message{Namespace: "billing", Topic: "usage", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
 	}

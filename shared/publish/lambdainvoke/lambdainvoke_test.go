@@ -297,7 +297,9 @@ func TestTimeoutIsRetryableWithinTheConfiguredTimeout(t *testing.T) {
 			t.Errorf("message %d: %s %s %v, want retryable TIMEOUT saying how long it waited", i, r.Kind, r.Code, r.Err)
 		}
 	}
-	if took < timeout || took > timeout+time.Second {
+	// The fake answers after a minute: well before it, however busy the
+	// machine, is the timeout at work.
+	if took < timeout || took >= time.Minute/2 {
 		t.Errorf("Publish took %s with a %s timeout", took, timeout)
 	}
 }

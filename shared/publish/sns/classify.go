@@ -39,6 +39,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -91,6 +92,9 @@ type failure struct {
 	// status is the HTTP status, 0 for a per-entry failure or no answer.
 	status int
 	side   side
+	// tooLong: SNS said the message is over the topic's size cap (see
+	// saysTooLong).
+	tooLong bool
 }
 
 // verdict is how a failure is answered.
@@ -131,6 +135,17 @@ var (
 	tooLongCodes = codeSet("BatchRequestTooLong")
 )
 
+// saysTooLong reports whether SNS's message of an invalid-parameter
+// refusal says the message is too long ("Invalid parameter: Message too
+// long", the answer of Publish and of moto's PublishBatch entries). SNS
+// gives that refusal the code of every other invalid parameter,
+// InvalidParameter, and no other field: its text is all there is to tell
+// a message over the cap from a malformed one, so it is read here, and
+// only for those codes.
+func saysTooLong(code, message string) bool {
+	return invalidEntryCodes[code] && strings.Contains(strings.ToLower(message), "message too long")
+}
+
 func codeSet(codes ...string) map[string]bool {
 	set := make(map[string]bool, len(codes))
 	for _, c := range codes {
@@ -149,8 +164,9 @@ func codeSet(codes ...string) map[string]bool {
 //	ExpiredToken, RequestExpired                         retryable  ACCESS_DENIED
 //	AuthorizationError, AccessDenied, KMS*, …            terminal   ACCESS_DENIED
 //	NotFound                                             terminal   TARGET_NOT_FOUND
+//	InvalidParameter saying "Message too long",          terminal   PAYLOAD_TOO_LARGE  yes
+//	  BatchRequestTooLong
 //	InvalidParameter, InvalidParameterValue, …           terminal   INVALID_PAYLOAD    yes
-//	BatchRequestTooLong                                  terminal   PAYLOAD_TOO_LARGE  yes
 //	any other code, SenderFault true                     terminal   TARGET_REJECTED
 //	any other code or status, whole call                 retryable  ACCESS_DENIED (401, 403)
 //	                                                                TARGET_NOT_FOUND (404)
@@ -176,10 +192,10 @@ func classify(f failure) verdict {
 		return verdict{kind: publish.Terminal, code: outboxtype.CodeAccessDenied}
 	case notFoundCodes[f.code]:
 		return verdict{kind: publish.Terminal, code: outboxtype.CodeTargetNotFound}
+	case tooLongCodes[f.code] || (invalidEntryCodes[f.code] && f.tooLong):
+		return verdict{kind: publish.Terminal, code: outboxtype.CodePayloadTooLarge, isolate: true}
 	case invalidEntryCodes[f.code]:
 		return verdict{kind: publish.Terminal, code: outboxtype.CodeInvalidPayload, isolate: true}
-	case tooLongCodes[f.code]:
-		return verdict{kind: publish.Terminal, code: outboxtype.CodePayloadTooLarge, isolate: true}
 	case f.side == sideSender:
 		return verdict{kind: publish.Terminal, code: outboxtype.CodeTargetRejected}
 	case f.status == http.StatusUnauthorized || f.status == http.StatusForbidden:
@@ -206,6 +222,7 @@ func entryResult(e types.BatchResultErrorEntry) publish.Result {
 	if e.SenderFault {
 		f.side = sideSender
 	}
+	f.tooLong = saysTooLong(f.code, aws.ToString(e.Message))
 	err := &EntryError{Code: f.code, Message: aws.ToString(e.Message), SenderFault: f.side == sideSender}
 	return classify(f).result(err)
 }
@@ -231,6 +248,7 @@ func callResult(parent context.Context, err error) (res publish.Result, isolate 
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
 		f.code = apiErr.ErrorCode()
+		f.tooLong = saysTooLong(f.code, apiErr.ErrorMessage())
 	}
 	var respErr interface{ HTTPStatusCode() int }
 	if errors.As(err, &respErr) {

@@ -88,6 +88,8 @@ func TestClassify(t *testing.T) {
 		{failure{code: "ParameterValueInvalid", status: 400}, terminal, outboxtype.CodeInvalidPayload, true},
 		{failure{code: "ValidationException", status: 400}, terminal, outboxtype.CodeInvalidPayload, true},
 		{failure{code: "BatchRequestTooLong", status: 400}, terminal, outboxtype.CodePayloadTooLarge, true},
+		{failure{code: "InvalidParameter", status: 400, tooLong: true}, terminal, outboxtype.CodePayloadTooLarge, true},
+		{failure{code: "InvalidParameter", side: sideSender, tooLong: true}, terminal, outboxtype.CodePayloadTooLarge, true},
 		// Unknown whole-call errors are retryable.
 		{failure{code: "SomethingNew", status: 400}, retryable, outboxtype.CodeTargetRejected, false},
 		{failure{code: "TooManyEntriesInBatchRequest", status: 400}, retryable, outboxtype.CodeTargetRejected, false},
@@ -117,11 +119,13 @@ func TestClassify(t *testing.T) {
 
 // apiError builds what the SDK returns for an error answer: an operation
 // error around a response error around the API error.
-func apiError(status int, code string) error {
+func apiError(status int, code string) error { return apiErrorSaying(status, code, "m") }
+
+func apiErrorSaying(status int, code, message string) error {
 	return &smithy.OperationError{ServiceID: "SNS", OperationName: "PublishBatch", Err: &awshttp.ResponseError{
 		ResponseError: &smithyhttp.ResponseError{
 			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}},
-			Err:      &smithy.GenericAPIError{Code: code, Message: "m"},
+			Err:      &smithy.GenericAPIError{Code: code, Message: message},
 		},
 		RequestID: "r",
 	}}
@@ -176,6 +180,8 @@ func TestCallResult(t *testing.T) {
 		{"typed exception", live, statusError(403, &types.AuthorizationErrorException{Message: aws.String("no")}), terminal, outboxtype.CodeAccessDenied, false},
 		{"not found", live, apiError(404, "NotFound"), terminal, outboxtype.CodeTargetNotFound, false},
 		{"invalid parameter", live, apiError(400, "InvalidParameter"), terminal, outboxtype.CodeInvalidPayload, true},
+		{"message too long", live, apiErrorSaying(400, "InvalidParameter", "Invalid parameter: Message too long"), terminal, outboxtype.CodePayloadTooLarge, true},
+		{"too long, but not an invalid parameter", live, apiErrorSaying(403, "AuthorizationError", "Message too long"), terminal, outboxtype.CodeAccessDenied, false},
 		{"500 garbled", live, statusError(500, errors.New("xml: syntax error")), retryable, outboxtype.CodeTarget5xx, false},
 		{"empty error body", live, apiError(503, "UnknownError"), retryable, outboxtype.CodeTarget5xx, false},
 		{"an answer wins over an ended context", ended, apiError(403, "AuthorizationError"), terminal, outboxtype.CodeAccessDenied, false},
@@ -233,6 +239,17 @@ func TestEntryResult(t *testing.T) {
 	r = entryResult(types.BatchResultErrorEntry{Id: aws.String("3"), Code: aws.String("InternalError"), SenderFault: false})
 	if r.Kind != retryable || r.Code != outboxtype.CodeTarget5xx {
 		t.Errorf("InternalError without sender fault: %s %s", r.Kind, r.Code)
+	}
+	// moto's answer, word for word, to a PublishBatch entry over 256 KiB.
+	r = entryResult(types.BatchResultErrorEntry{Id: aws.String("3"), Code: aws.String("InvalidParameter"), SenderFault: true,
+		Message: aws.String("An error occurred (InvalidParameter) when calling the Publish operation: Invalid parameter: Message too long")})
+	if r.Kind != terminal || r.Code != outboxtype.CodePayloadTooLarge {
+		t.Errorf("InvalidParameter saying the message is too long: %s %s, want terminal PAYLOAD_TOO_LARGE", r.Kind, r.Code)
+	}
+	r = entryResult(types.BatchResultErrorEntry{Id: aws.String("3"), Code: aws.String("InvalidParameter"), SenderFault: true,
+		Message: aws.String("Invalid parameter: Empty message")})
+	if r.Kind != terminal || r.Code != outboxtype.CodeInvalidPayload {
+		t.Errorf("InvalidParameter for an empty message: %s %s, want terminal INVALID_PAYLOAD", r.Kind, r.Code)
 	}
 }
 

@@ -111,8 +111,9 @@
 //	  KMSDisabled, KMSInvalidState, KMSNotFound,
 //	  KMSOptInRequired, …                         → terminal ACCESS_DENIED
 //	NotFound (no such topic)                      → terminal TARGET_NOT_FOUND
+//	BatchRequestTooLong, or InvalidParameter
+//	  saying "Message too long"                   → terminal PAYLOAD_TOO_LARGE
 //	InvalidParameter, InvalidParameterValue       → terminal INVALID_PAYLOAD
-//	BatchRequestTooLong                           → terminal PAYLOAD_TOO_LARGE
 //	another code on an entry, SenderFault true    → terminal TARGET_REJECTED
 //	the call's Timeout                            → retryable TIMEOUT
 //	the invocation's context                      → retryable CANCELED

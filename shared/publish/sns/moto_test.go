@@ -265,3 +265,35 @@ func TestMotoFIFOTopicCarriesGroupAndDeduplicationIDs(t *testing.T) {
 		t.Errorf("%d messages never arrived", len(want))
 	}
 }
+
+// Against moto: a message over the topic's real cap, sent because the
+// publisher was configured with a larger one, is refused by SNS as
+// "Invalid parameter: Message too long", the InvalidParameter code of any
+// bad parameter: it is recorded as PAYLOAD_TOO_LARGE, as an operator
+// filtering dead letters by that code expects, and its neighbours are
+// delivered.
+func TestMotoMessageTooLongIsPayloadTooLarge(t *testing.T) {
+	t.Parallel()
+	e := startMoto(t, "SNS's refusal of a message over 256 KiB")
+	ctx := context.Background()
+	topic, err := e.sns.CreateTopic(ctx, &awssns.CreateTopicInput{Name: aws.String(uniqueName("outbox-cap"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := sns.New(sns.NewClient(e.cfg, sns.DefaultConcurrency), sns.Config{
+		TopicARN: aws.ToString(topic.TopicArn), MaxMessageBytes: sns.MaxMessageBytesLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := publishtest.Messages(3, 64)
+	msgs[1].Payload = json.RawMessage(`{"blob":"` + strings.Repeat("x", 300<<10) + `"}`)
+	results := pub.Publish(ctx, msgs)
+	if r := results[1]; r.Kind != publish.Terminal || r.Code != outboxtype.CodePayloadTooLarge {
+		t.Errorf("the 300 KiB message: %s %s %v, want terminal PAYLOAD_TOO_LARGE", r.Kind, r.Code, r.Err)
+	}
+	for _, i := range []int{0, 2} {
+		if r := results[i]; r.Kind != publish.Delivered {
+			t.Errorf("message %d: %s %s %v, want delivered beside the refused one", i, r.Kind, r.Code, r.Err)
+		}
+	}
+}

@@ -213,8 +213,6 @@ func TestTopicCapLowerThanConfigured(t *testing.T) {
 // within the configured Timeout, not the invocation's deadline.
 func TestSlowTargetTimesOut(t *testing.T) {
 	t.Parallel()
-	// Long enough for the three calls to reach the fake on a loaded
-	// machine (-race, two cores, every package's tests at once).
 	const timeout = time.Second
 	b := setup(t, setupOptions{cfg: sns.Config{Timeout: timeout}})
 	b.fake.Stall()
@@ -224,7 +222,9 @@ func TestSlowTargetTimesOut(t *testing.T) {
 	results := b.pub.Publish(context.Background(), msgs)
 	took := time.Since(start)
 
-	if took < timeout || took > timeout+10*time.Second {
+	// The stalled fake never answers: Publish returning at all is the
+	// call timeout at work, and no sooner than it.
+	if took < timeout {
 		t.Errorf("Publish took %s with a %s timeout", took, timeout)
 	}
 	for i, r := range results {
@@ -235,8 +235,11 @@ func TestSlowTargetTimesOut(t *testing.T) {
 	if n := len(b.fake.Received()); n != 0 {
 		t.Errorf("%d messages received from stalled calls", n)
 	}
-	if n := b.fake.Requests(); n != 3 {
-		t.Errorf("%d requests, want 3: one per chunk, no SDK retry after the deadline", n)
+	// One call per chunk of 10, and no SDK retry after the deadline. A
+	// loaded machine may time a call out before it even reached SNS
+	// (2 of 3 did, once, beside two busy loops): fewer is no fault.
+	if n := b.fake.Requests(); n > 3 {
+		t.Errorf("%d requests, want at most 3: one per chunk, no SDK retry after the deadline", n)
 	}
 }
 
@@ -248,10 +251,19 @@ func TestSlowTargetTimesOut(t *testing.T) {
 func TestInvocationEndsMidway(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOptions{cfg: sns.Config{Concurrency: 1}})
-	b.fake.SetLatency(100 * time.Millisecond)
-	msgs := publishtest.Messages(100, 64) // ten chunks, one at a time: a second
-	ctx, cancel := context.WithTimeout(context.Background(), 450*time.Millisecond)
+	b.fake.SetLatency(500 * time.Millisecond)
+	msgs := publishtest.Messages(100, 64) // ten chunks, one at a time: five seconds
+	// The invocation ends once the second chunk's call reached SNS: the
+	// first was answered by then (one call at a time), and the calls
+	// still to come are never sent, however slow the machine.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		defer cancel()
+		for b.fake.Requests() < 2 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}()
 
 	results := b.pub.Publish(ctx, msgs)
 

@@ -138,10 +138,11 @@ func startDaemon(t testing.TB) *fakeDaemon {
 	return d
 }
 
-// waitFor returns the first document named name, waiting up to 5 seconds.
+// waitFor returns the first document named name, waiting up to a minute
+// (a ceiling for a broken emitter, not a measure of a slow machine).
 func (d *fakeDaemon) waitFor(t testing.TB, name string) segmentDoc {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(time.Minute)
 	for {
 		d.mu.Lock()
 		for _, e := range d.docs {

@@ -301,15 +301,12 @@ func TestStallHoldsCallsUntilTheClientGivesUp(t *testing.T) {
 	fake.Stall()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err := client(fake).PublishBatch(ctx, &sns.PublishBatchInput{
 		TopicArn: aws.String(snsfake.TopicARN("orders")), PublishBatchRequestEntries: []types.PublishBatchRequestEntry{entry("0", uuid.New(), "{}")},
 	})
+	// A stalled call never answers: the context's deadline is how it ended.
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("error %v, want the context's deadline", err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("the stalled call took %s", took)
 	}
 	if fake.Requests() != 1 || len(fake.Received()) != 0 {
 		t.Errorf("%d requests, %d received; want 1 and 0", fake.Requests(), len(fake.Received()))
