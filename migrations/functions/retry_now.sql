@@ -12,10 +12,12 @@ AS $$
 -- An operator moves the next attempt of retrying messages (pending, not
 -- leased, failed at least once) to now, their attempt count kept, each with
 -- a RESCHEDULED attempt naming the operator given, the login and the
--- reason. All or nothing: a message that is not pending (delivered,
--- discarded, dead, unknown), is leased, is held by a claim or completion
--- right now, or has never failed (its producer scheduled it) refuses the
--- whole call, SQLSTATE P7005, naming each. A paused message is rescheduled
+-- reason. A message that never failed but is due already is simply taken
+-- along (the next claim takes it anyway). All or nothing: a message that is
+-- not pending (delivered, discarded, dead, unknown), is leased, is held by a
+-- claim or completion right now, or that its producer scheduled for later
+-- and that never failed refuses the whole call, SQLSTATE P7005, naming
+-- each. A paused message is rescheduled
 -- and still waits for the resume; one behind its key's head still waits
 -- for the head.
 #variable_conflict use_column
@@ -37,14 +39,16 @@ BEGIN
     -- and a completion to move it.
     SELECT array_agg(l.id ORDER BY l.id), array_agg(l.next_attempt_at ORDER BY l.id) INTO v_ids, v_previous
     FROM (SELECT p.id, p.next_attempt_at FROM outbox.pending p
-          WHERE p.id = ANY (p_message_ids) AND p.lease_token IS NULL AND p.last_error_code IS NOT NULL
+          WHERE p.id = ANY (p_message_ids) AND p.lease_token IS NULL
+            AND (p.last_error_code IS NOT NULL OR p.next_attempt_at <= v_now)
           FOR UPDATE SKIP LOCKED) l;
 
     SELECT string_agg(format('%s %s', u.id, CASE
                WHEN p.id IS NULL AND d.id IS NOT NULL THEN 'is a dead letter: replay it instead'
                WHEN p.id IS NULL THEN 'is not pending (delivered, discarded, or never enqueued)'
                WHEN p.lease_token IS NOT NULL THEN format('is leased by %s until %s', p.claimed_by, p.lease_expires_at)
-               WHEN p.last_error_code IS NULL THEN format('has not failed: its producer scheduled it for %s', p.next_attempt_at)
+               WHEN p.last_error_code IS NULL AND p.next_attempt_at > v_now THEN
+                   format('never failed: its producer scheduled it for %s, and only a failed message''s next attempt is moved', p.next_attempt_at)
                ELSE 'is being claimed or completed right now: try again'
            END), '; ' ORDER BY u.ord)
       INTO v_problems
@@ -54,7 +58,7 @@ BEGIN
       WHERE NOT (u.id = ANY (coalesce(v_ids, '{}')));
     IF v_problems IS NOT NULL THEN
         RAISE EXCEPTION 'outbox.retry_now: nothing rescheduled: %', v_problems
-            USING ERRCODE = 'P7005', HINT = 'Only a pending message that failed and is not leased can be retried now.';
+            USING ERRCODE = 'P7005', HINT = 'Only a pending message that failed, or is due already, and is not leased can be retried now.';
     END IF;
 
     WITH moved AS (

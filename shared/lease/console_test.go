@@ -250,7 +250,7 @@ func TestRetryNowReschedulesRetryingMessagesOnly(t *testing.T) {
 	}{
 		{"a dead letter", []uuid.UUID{failing[0].ID, dead[0]}, dead[0].String() + " is a dead letter"},
 		{"a leased message", []uuid.UUID{leased[0].ID}, "is leased by w until"},
-		{"a message that never failed", []uuid.UUID{later[0].ID}, "has not failed: its producer scheduled it for"},
+		{"a message scheduled for later that never failed", []uuid.UUID{later[0].ID}, "never failed: its producer scheduled it for"},
 		{"an unknown message", []uuid.UUID{uuid.New()}, "is not pending (delivered, discarded, or never enqueued)"},
 	} {
 		_, err := store.RetryNow(ctx, lease.RetryRequest{MessageIDs: c.ids, Reason: "target fixed", Operator: "ana"})
@@ -291,6 +291,12 @@ func TestRetryNowReschedulesRetryingMessagesOnly(t *testing.T) {
 	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox.attempts WHERE state = 'RESCHEDULED'`); n != 2 {
 		t.Errorf("the retention purge left %d of the 2 RESCHEDULED rows", n)
+	}
+	// A message that never failed but is due already is taken along: the
+	// operator asked for it now, and now it goes.
+	due := enqueue(t, db.Pool, 1, topicMessage("audit", "due"))
+	if moved, err := store.RetryNow(ctx, lease.RetryRequest{MessageIDs: []uuid.UUID{due[0].ID}, Reason: "send it", Operator: "ana"}); err != nil || len(moved) != 1 {
+		t.Fatalf("retry now of a due message that never failed: %+v, %v; want it taken along", moved, err)
 	}
 }
 
