@@ -28,11 +28,9 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/localpg"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 	"github.com/outboxkit/dispatcher/shared/testkit/statemachine"
 )
-
-// defaultURL is the test server's, as the tests default it.
-const defaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 func main() { os.Exit(run()) }
 
@@ -48,7 +46,7 @@ func run() int {
 	producers := flag.Int("producers", 3, "producer sessions (one login each)")
 	maxLease := flag.Int("max-lease", 3, "the longest lease a claim takes, in seconds")
 	cluster := flag.String("cluster", "both", "where to run: host ($OUTBOX_TEST_DATABASE_URL), local (a throwaway cluster with autovacuum on) or both")
-	serverURL := flag.String("url", envOr("OUTBOX_TEST_DATABASE_URL", defaultURL), "the host's server (its user must create databases and roles)")
+	serverURL := flag.String("url", pgtest.URL(), "the host's server (its user must create databases and roles)")
 	keepGoing := flag.Bool("keep-going", false, "go on with a seed's schedule after a broken invariant")
 	mutant := flag.String("mutant", "", "swap a deliberately broken function in first: "+strings.Join(mutantNames(), ", "))
 	prepare := flag.String("prepare", "", "a file of SQL to run as the superuser in each database first")
@@ -212,13 +210,6 @@ func mutantNames() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-func envOr(name, fallback string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return fallback
 }
 
 func fail(err error) int {
