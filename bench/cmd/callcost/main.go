@@ -35,7 +35,7 @@ func main() {
 
 func run() error {
 	var (
-		dbURL       = scratch.URLFlag()
+		target      = scratch.TargetFlags()
 		messages    = flag.Int("messages", 50000, "messages in the queue each round drains")
 		payload     = flag.Int("payload-bytes", 512, "payload size in bytes")
 		batch       = flag.Int("batch", 1000, "batch size of both paths' claims")
@@ -53,10 +53,12 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	srv := &scratch.Server{AdminURL: *dbURL}
-	if err := srv.Check(ctx); err != nil {
+	srv, stopCluster, err := target.Open(ctx)
+	if err != nil {
 		return err
 	}
+	defer stopCluster()
+	fmt.Println(target.Describe())
 	tmpl, err := srv.CreateMigrated(ctx, "callcost_template")
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ func main() {
 func run() error {
 	quickDefault, _ := strconv.ParseBool(os.Getenv("BENCH_QUICK"))
 	var (
-		dbURL    = scratch.URLFlag()
+		server   = scratch.TargetFlags()
 		quick    = flag.Bool("quick", quickDefault, "a smaller, faster run (env BENCH_QUICK)")
 		messages = flag.Int("messages", envInt("BENCH_MESSAGES", 0), "messages per system (env BENCH_MESSAGES; default 200000, quick 20000)")
 		payload  = flag.Int("payload-bytes", envInt("BENCH_PAYLOAD_BYTES", 0), "payload size in bytes (env BENCH_PAYLOAD_BYTES; default 512)")
@@ -44,7 +44,15 @@ func run() error {
 	)
 	flag.Parse()
 
-	cfg := suite.Defaults(*dbURL, *quick)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	srv, stopCluster, err := server.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopCluster()
+	cfg := suite.Defaults(srv.AdminURL, *quick)
+	cfg.Cluster = server.Describe()
 	if *messages > 0 {
 		cfg.Spec.Messages = *messages
 	}
@@ -65,8 +73,6 @@ func run() error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	res, err := suite.Run(ctx, cfg, os.Stderr)
 	if err != nil {
 		return err

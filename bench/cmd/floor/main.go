@@ -44,7 +44,7 @@ func main() {
 
 func run() error {
 	var (
-		dbURL    = scratch.URLFlag()
+		target   = scratch.TargetFlags()
 		messages = flag.Int("messages", 200000, "messages in the queue each run drains")
 		payload  = flag.Int("payload-bytes", 512, "payload size in bytes")
 		batch    = flag.Int("batch", 1000, "batch size of the floor's claims and the engine's BatchSize")
@@ -66,10 +66,12 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	srv := &scratch.Server{AdminURL: *dbURL}
-	if err := srv.Check(ctx); err != nil {
+	srv, stopCluster, err := target.Open(ctx)
+	if err != nil {
 		return err
 	}
+	defer stopCluster()
+	fmt.Println(target.Describe())
 	spec := workload.Spec{Messages: *messages, PayloadBytes: *payload}
 	tmpl, err := srv.CreateMigrated(ctx, "floor_template")
 	if err != nil {

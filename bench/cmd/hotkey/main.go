@@ -41,7 +41,7 @@ func main() {
 
 func run() error {
 	var (
-		dbURL    = scratch.URLFlag()
+		server   = scratch.TargetFlags()
 		target   = flag.String("target", "sns", "sns (a FIFO topic on the SNS fake) or http (a webhook server)")
 		messages = flag.Int("messages", 5000, "messages, over -keys keys")
 		keys     = flag.Int("keys", 1, "ordering keys, their messages interleaved: each key a hot key when several")
@@ -75,10 +75,12 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	srv := &scratch.Server{AdminURL: *dbURL}
-	if err := srv.Check(ctx); err != nil {
+	srv, stopCluster, err := server.Open(ctx)
+	if err != nil {
 		return err
 	}
+	defer stopCluster()
+	fmt.Println(server.Describe())
 	tgt, err := newTarget(*latency)
 	if err != nil {
 		return err

@@ -5,8 +5,8 @@
 // -at mark, with its ratio to the first. A completion whose cost grows with
 // what was delivered before it walks dead index entries it should not.
 //
-//	go run ./cmd/hotkeydrain                         # from bench/, on the host's server
-//	go run ./cmd/hotkeydrain -local                  # on a throwaway cluster with autovacuum on
+//	go run ./cmd/hotkeydrain                         # from bench/, on a throwaway cluster with autovacuum on
+//	go run ./cmd/hotkeydrain -cluster host           # on the server at -database-url instead of a cluster of its own
 //
 // It prints figures and the server's autovacuum setting; it fails only if
 // the database does.
@@ -27,7 +27,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
-	"github.com/outboxkit/dispatcher/shared/localpg"
 )
 
 func main() {
@@ -39,8 +38,7 @@ func main() {
 
 func run() error {
 	var (
-		dbURL   = scratch.URLFlag()
-		local   = flag.Bool("local", false, "start a throwaway cluster (shared/localpg, autovacuum on) instead of using -database-url")
+		server  = scratch.TargetFlags()
 		total   = flag.Int("messages", 300000, "messages of the one key")
 		batch   = flag.Int("batch", 1000, "messages per claim and completion")
 		samples = flag.Int("samples", 5, "batches timed at each mark")
@@ -50,26 +48,12 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	adminURL := *dbURL
-	if *local {
-		dir, err := os.MkdirTemp("", "hotkeydrain-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		// PostgreSQL's defaults, autovacuum on and durable, as a managed
-		// server runs.
-		cluster, err := localpg.Start(ctx, localpg.Options{Dir: dir, Durable: true})
-		if err != nil {
-			return err
-		}
-		defer cluster.Stop(context.Background())
-		adminURL = cluster.URL
-	}
-	srv := &scratch.Server{AdminURL: adminURL}
-	if err := srv.Check(ctx); err != nil {
+	srv, stopCluster, err := server.Open(ctx)
+	if err != nil {
 		return err
 	}
+	defer stopCluster()
+	fmt.Println(server.Describe())
 	db, err := srv.CreateMigrated(ctx, "hotkeydrain")
 	if err != nil {
 		return err

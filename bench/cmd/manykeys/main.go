@@ -37,7 +37,7 @@ func main() {
 
 func run() error {
 	var (
-		dbURL   = scratch.URLFlag()
+		target  = scratch.TargetFlags()
 		keys    = flag.Int("keys", 2000, "ordering keys")
 		perKey  = flag.Int("per-key", 25, "messages per key, interleaved with the other keys'")
 		payload = flag.Int("payload-bytes", 512, "payload size in bytes")
@@ -51,10 +51,12 @@ func run() error {
 	fmt.Printf("the Go collector at GOGC=%d\n", outboxrun.PaceCollector())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	srv := &scratch.Server{AdminURL: *dbURL}
-	if err := srv.Check(ctx); err != nil {
+	srv, stopCluster, err := target.Open(ctx)
+	if err != nil {
 		return err
 	}
+	defer stopCluster()
+	fmt.Println(target.Describe())
 	spec := workload.Spec{Messages: *keys * *perKey, PayloadBytes: *payload}
 	keyed, err := srv.CreateMigrated(ctx, "manykeys_template")
 	if err != nil {

@@ -122,8 +122,8 @@ func Markdown(r *suite.Results, plotFile string) string {
 	}
 	p(". ")
 	p("The comparison is its own Go module (`bench/`, with `replace github.com/outboxkit/dispatcher => ../`), so the product's `go.mod` does not depend on River, Watermill or the plotting library, and `go test ./...` at the root neither builds nor runs it. ")
-	p("It needs a PostgreSQL 15+ superuser URL (`OUTBOX_BENCH_DATABASE_URL`, else `OUTBOX_TEST_DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test?sslmode=disable`): it creates and drops databases named `outbox_bench_*`. ")
-	p("Flags of `go run ./cmd/compare` (in `bench/`): `-messages`, `-payload-bytes`, `-quick`, `-docs` (where BENCHMARKS.md and the plot go), `-database-url`; the environment variables `BENCH_MESSAGES`, `BENCH_PAYLOAD_BYTES`, `BENCH_QUICK` and `BENCH_DOCS` set the same. ")
+	p("By default it starts a throwaway PostgreSQL cluster of its own (`shared/localpg`) with autovacuum on, durable, and a managed server's settings; `-cluster host` runs on a PostgreSQL 15+ superuser URL instead (`-database-url`, else `OUTBOX_BENCH_DATABASE_URL`, else `OUTBOX_TEST_DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test?sslmode=disable`), where it creates and drops databases named `outbox_bench_*`. ")
+	p("Flags of `go run ./cmd/compare` (in `bench/`): `-messages`, `-payload-bytes`, `-quick`, `-docs` (where BENCHMARKS.md and the plot go), `-cluster`, `-database-url`; the environment variables `BENCH_MESSAGES`, `BENCH_PAYLOAD_BYTES`, `BENCH_QUICK` and `BENCH_DOCS` set the same. ")
 	p("It prints one table of every figure and writes this file and `%s`.\n\n", plotFile)
 
 	p("## Machine and versions\n\n")
@@ -140,7 +140,11 @@ func Markdown(r *suite.Results, plotFile string) string {
 	}
 	p("\nThe machine is shared: other work ran on it at the same time (see the load averages; 2 means both cores busy). Figures of one run are comparable with each other; runs on a quiet machine are faster across the board.\n\n")
 
-	p("### PostgreSQL settings that matter\n\n| setting | value |\n|---|---|\n")
+	p("### PostgreSQL settings that matter\n\n")
+	if r.Config.Cluster != "" {
+		p("Server: %s. `-cluster host` runs on the server at `-database-url` instead.\n\n", r.Config.Cluster)
+	}
+	p("| setting | value |\n|---|---|\n")
 	autovacuumOff := false
 	for _, s := range e.Settings {
 		p("| `%s` | %s |\n", s.Name, s.Value)

@@ -26,8 +26,10 @@ import (
 // Config is what to run.
 type Config struct {
 	AdminURL string
-	Spec     workload.Spec
-	Quick    bool
+	// Cluster says which server the run measured and its settings.
+	Cluster string
+	Spec    workload.Spec
+	Quick   bool
 	// BatchSizes and Dispatchers span the engine's burn-down grid.
 	BatchSizes  []int
 	Dispatchers []int
