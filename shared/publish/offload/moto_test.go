@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -22,10 +23,12 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/lambdainvoke"
 	"github.com/outboxkit/dispatcher/shared/publish/offload"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
 	"github.com/outboxkit/dispatcher/shared/route"
+	"github.com/outboxkit/dispatcher/shared/testkit/awsfake/lambdafake"
 	"github.com/outboxkit/dispatcher/shared/testkit/moto"
 )
 
@@ -320,5 +323,56 @@ func TestEventBridgePointerIsAnObject(t *testing.T) {
 	}
 	if body, _ := object(t, s3c, b, "eb/"+m.ID.String()+".json"); !bytes.Equal(body, m.Payload) {
 		t.Error("the object is not the payload")
+	}
+}
+
+// A Lambda function receives the webhook's envelope: payload null, the
+// offload object, a presigned URL that serves the payload.
+func TestLambdaReceivesTheEnvelopeWithAPresignedURL(t *testing.T) {
+	t.Parallel()
+	srv := moto.Start(t, "offload to S3 with a Lambda target")
+	s3c := s3.NewFromConfig(srv.Config())
+	b := bucket(t, s3c)
+	fake := lambdafake.New(t)
+	var env publish.Envelope
+	var fetched []byte
+	fake.Handle("sink", func(in []byte) (int, []byte, string) {
+		fail := func(err error) (int, []byte, string) {
+			return 0, []byte(fmt.Sprintf(`{"errorType":"Fetch","errorMessage":%q}`, err.Error())), "Unhandled"
+		}
+		if err := json.Unmarshal(in, &env); err != nil {
+			return fail(err)
+		}
+		if env.Offload == nil {
+			return fail(fmt.Errorf("no offload object in %.200s", in))
+		}
+		resp, err := http.Get(env.Offload.URL)
+		if err != nil {
+			return fail(err)
+		}
+		defer resp.Body.Close()
+		if fetched, err = io.ReadAll(resp.Body); err != nil {
+			return fail(err)
+		}
+		return 0, nil, ""
+	})
+	inner, err := lambdainvoke.New(lambda.NewFromConfig(fake.Config()), lambdainvoke.Config{Function: "sink"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := offload.New(inner, s3c, offload.Config{Bucket: b, ThresholdBytes: 100_000, Prefix: "fn/", URLTTL: time.Minute,
+		TargetType: route.TypeLambda, TargetMaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := message(payload(2_000_000, "fn"), 1)
+	if r := p.Publish(context.Background(), []*outboxtype.Message{m}); r[0].Kind != publish.Delivered {
+		t.Fatal(r[0])
+	}
+	if string(env.Payload) != "null" || env.Offload.S3Key != "fn/"+m.ID.String()+".json" || env.Offload.Size != len(m.Payload) {
+		t.Errorf("envelope payload %.50s, offload %+v", env.Payload, env.Offload)
+	}
+	if !bytes.Equal(fetched, m.Payload) {
+		t.Errorf("the presigned URL served %d bytes, not the payload's %d", len(fetched), len(m.Payload))
 	}
 }
