@@ -227,6 +227,7 @@ func TestWebhookFetchesThePresignedURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	large, small := message(payload(600_000, "large"), 1), message(payload(500, "small"), 1)
+	sentAt := time.Now()
 	for i, r := range p.Publish(ctx, []*outboxtype.Message{large, small}) {
 		if r.Kind != publish.Delivered {
 			t.Fatalf("message %d: %+v", i, r)
@@ -243,8 +244,11 @@ func TestWebhookFetchesThePresignedURL(t *testing.T) {
 			if o == nil || string(r.env.Payload) != "null" || r.header != "s3" {
 				t.Fatalf("offloaded envelope: payload %.50s, offload %+v, header %q", r.env.Payload, o, r.header)
 			}
-			if o.S3Bucket != b || o.S3Key != "hooks/"+large.ID.String()+".json" || o.Size != len(large.Payload) || o.URLExpiresAt.Before(time.Now()) {
+			if o.S3Bucket != b || o.S3Key != "hooks/"+large.ID.String()+".json" || o.Size != len(large.Payload) {
 				t.Errorf("offload %+v", o)
+			}
+			if !strings.Contains(o.URL, "X-Amz-Expires=600") || o.URLExpiresAt.Before(sentAt.Add(10*time.Minute-time.Second)) || o.URLExpiresAt.After(time.Now().Add(10*time.Minute)) {
+				t.Errorf("the URL %s expires at %s, want 10 minutes after it was signed", o.URL, o.URLExpiresAt)
 			}
 			if !bytes.Equal(r.fetched, large.Payload) {
 				t.Errorf("the presigned URL gave %d bytes, not the payload's %d", len(r.fetched), len(large.Payload))

@@ -268,13 +268,15 @@ func (p *Publisher) offload(ctx context.Context, m *outboxtype.Message) (*outbox
 	case route.TypeEventBridge:
 		out.Payload = eventBridgePointer(o)
 	default:
-		// Presigning signs locally: no call, no latency.
+		// Presigning signs locally: no call, no latency. The clock is read
+		// first, so that the expiry given is never later than the URL's.
+		signedAt := p.now().UTC().Truncate(time.Second)
 		req, err := p.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(p.cfg.Bucket), Key: aws.String(key)},
 			s3.WithPresignExpires(p.cfg.URLTTL))
 		if err != nil {
 			return nil, classify(ctx, err), false
 		}
-		o.URL, o.URLExpires = req.URL, p.now().Add(p.cfg.URLTTL).UTC().Truncate(time.Second)
+		o.URL, o.URLExpires = req.URL, signedAt.Add(p.cfg.URLTTL)
 		out.Payload = nil // the envelope's payload is null; its offload field points at the object
 	}
 	return &out, publish.Result{}, true
