@@ -242,6 +242,9 @@ func TestAsyncInvocationsExpire(t *testing.T) {
 	}
 }
 
+// offloadObjects are the objects the dispatch function offloads payloads to.
+const offloadObjects = "arn:${AWS::Partition}:s3:::${OffloadBucket}/*"
+
 // checkStatements fails every way a policy could grant more than the named
 // resources: a wildcard resource or action, NotResource or NotAction, an
 // AWS managed policy, or a SAM policy template given "*".
@@ -264,7 +267,9 @@ func checkStatements(t *testing.T, owner string, policies *yaml.Node) (resources
 		case "Resource":
 			resources++
 			walk(n, key, func(_ string, v *yaml.Node) {
-				if v.Kind == yaml.ScalarNode && strings.Contains(v.Value, "*") {
+				// The one exception: the objects of the named offload bucket,
+				// whose keys are message ids, which no policy can list.
+				if v.Kind == yaml.ScalarNode && strings.Contains(v.Value, "*") && v.Value != offloadObjects {
 					t.Errorf("%s: Resource %q contains a wildcard", owner, v.Value)
 				}
 			})

@@ -36,8 +36,9 @@ function's own decoder and limits (OUTBOX_ATTEMPT_CEILING from the
 environment, as the function reads it), then print what the stack's
 parameters must list for the function to be allowed to deliver: the SNS
 topics (SnsTopicArns), EventBridge buses (EventBusArns), plugin Lambda
-functions (PluginFunctionArns) and webhook signing secrets
-(WebhookSecretArns), comma-separated, and the same as one
+functions (PluginFunctionArns), webhook signing secrets
+(WebhookSecretArns) and the bucket of offloading routes (OffloadBucket),
+comma-separated, and the same as one
 --parameter-overrides argument for sam deploy.
 
 A bus or function named by name rather than ARN gets its ARN from --region
@@ -109,6 +110,9 @@ type routeGrants struct {
 	EventBusArns       []string `json:"EventBusArns"`
 	PluginFunctionArns []string `json:"PluginFunctionArns"`
 	WebhookSecretArns  []string `json:"WebhookSecretArns"`
+	// OffloadBuckets are the buckets of the routes' offload option: the
+	// template's OffloadBucket grants one.
+	OffloadBuckets []string `json:"OffloadBucket,omitempty"`
 	// SigningSecretEnv names the variables of signing_secret_env: the
 	// dispatch function's environment must set them.
 	SigningSecretEnv []string `json:"signing_secret_env,omitempty"`
@@ -150,6 +154,7 @@ func grantsOf(t *route.Table, c arnContext) routeGrants {
 			add(&g.WebhookSecretArns, target.SigningSecretARN)
 			add(&g.SigningSecretEnv, target.SigningSecretEnv)
 		}
+		add(&g.OffloadBuckets, target.Offload.Bucket)
 	}
 	return g
 }
@@ -184,6 +189,7 @@ func (g routeGrants) parameters() [][2]string {
 		{"EventBusArns", strings.Join(g.EventBusArns, ",")},
 		{"PluginFunctionArns", strings.Join(g.PluginFunctionArns, ",")},
 		{"WebhookSecretArns", strings.Join(g.WebhookSecretArns, ",")},
+		{"OffloadBucket", strings.Join(g.OffloadBuckets, ",")},
 	}
 }
 
@@ -214,6 +220,9 @@ func printGrants(w io.Writer, file string, routes int, g routeGrants) {
 	}
 	if len(g.SigningSecretEnv) > 0 {
 		fmt.Fprintf(w, "\nThe dispatch function's environment must set %s (signing_secret_env).\n", strings.Join(g.SigningSecretEnv, ", "))
+	}
+	if len(g.OffloadBuckets) > 1 {
+		fmt.Fprintf(w, "\nThe routes offload to %d buckets, but OffloadBucket grants one: use one bucket (a prefix per route), or grant the others yourself.\n", len(g.OffloadBuckets))
 	}
 	fmt.Fprintln(w, "\nKmsKeyArns must list the keys of SSE-KMS topics, buses and secrets; the routes do not say which.")
 }

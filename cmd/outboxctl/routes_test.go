@@ -28,6 +28,9 @@ const routesFileYAML = `routes:
     target: {type: lambda, function: "audit-sink:live"}
   - match: {namespace: audit, topic: export}
     target: {type: lambda, function: "arn:aws:lambda:eu-west-1:123456789012:function:exporter"}
+  - match: {namespace: billing, topic: invoice}
+    offload: {bucket: acme-outbox-payloads}
+    target: {type: sns, topic_arn: "arn:aws:sns:eu-west-1:123456789012:invoices"}
 `
 
 func writeRoutesFile(t *testing.T, name, content string) string {
@@ -46,10 +49,11 @@ func TestRoutesCheckListsWhatTheTemplateMustGrant(t *testing.T) {
 	path := writeRoutesFile(t, "routes.yaml", routesFileYAML)
 	env := invocation{env: map[string]string{}}
 	want := routeGrants{
-		SnsTopicArns:       []string{"arn:aws:sns:eu-west-1:123456789012:payments.fifo"},
+		SnsTopicArns:       []string{"arn:aws:sns:eu-west-1:123456789012:payments.fifo", "arn:aws:sns:eu-west-1:123456789012:invoices"},
 		EventBusArns:       []string{"arn:aws:events:eu-west-1:123456789012:event-bus/default"},
 		PluginFunctionArns: []string{"arn:aws:lambda:eu-west-1:123456789012:function:audit-sink:live", "arn:aws:lambda:eu-west-1:123456789012:function:exporter"},
 		WebhookSecretArns:  []string{"arn:aws:secretsmanager:eu-west-1:123456789012:secret:refunds-AbCdEf"},
+		OffloadBuckets:     []string{"acme-outbox-payloads"},
 		SigningSecretEnv:   []string{"BILLING_SECRET"},
 	}
 
@@ -68,7 +72,7 @@ func TestRoutesCheckListsWhatTheTemplateMustGrant(t *testing.T) {
 	// deploy refuses what was pasted.
 	patterns := templateParameterPatterns(t)
 	for name, values := range map[string][]string{"SnsTopicArns": got.SnsTopicArns, "EventBusArns": got.EventBusArns,
-		"PluginFunctionArns": got.PluginFunctionArns, "WebhookSecretArns": got.WebhookSecretArns} {
+		"PluginFunctionArns": got.PluginFunctionArns, "WebhookSecretArns": got.WebhookSecretArns, "OffloadBucket": got.OffloadBuckets} {
 		p := patterns[name]
 		if p == nil {
 			t.Fatalf("template.yaml has no AllowedPattern for %s", name)
@@ -81,10 +85,11 @@ func TestRoutesCheckListsWhatTheTemplateMustGrant(t *testing.T) {
 	}
 
 	cli(t, env, "routes", "check", path, "--region", "eu-west-1", "--account-id", "123456789012").wantOK(t, "routes check",
-		"routes.yaml: 7 routes, valid",
-		"  SnsTopicArns=arn:aws:sns:eu-west-1:123456789012:payments.fifo\n",
+		"routes.yaml: 8 routes, valid",
+		"  SnsTopicArns=arn:aws:sns:eu-west-1:123456789012:payments.fifo,arn:aws:sns:eu-west-1:123456789012:invoices\n",
+		"  OffloadBucket=acme-outbox-payloads\n",
 		"  PluginFunctionArns=arn:aws:lambda:eu-west-1:123456789012:function:audit-sink:live,arn:aws:lambda:eu-west-1:123456789012:function:exporter\n",
-		`sam deploy --parameter-overrides SnsTopicArns="arn:aws:sns:eu-west-1:123456789012:payments.fifo" EventBusArns=`,
+		`sam deploy --parameter-overrides SnsTopicArns="arn:aws:sns:eu-west-1:123456789012:payments.fifo,arn:aws:sns:eu-west-1:123456789012:invoices" EventBusArns=`,
 		"must set BILLING_SECRET",
 		"KmsKeyArns")
 	overrides := cli(t, env, "routes", "check", path, "--region", "eu-west-1", "--account-id", "123456789012", "--parameter-overrides")

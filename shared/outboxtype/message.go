@@ -49,6 +49,20 @@ type Message struct {
 	// before the database refused them): the message can never be
 	// delivered as it is, and only it fails, never the claim.
 	DecodeError error
+	// Offload is set when the payload was written to S3 (a route's claim-
+	// check offload): Payload then holds the pointer the target receives.
+	Offload *Offload
+}
+
+// Offload is where an offloaded payload lies.
+type Offload struct {
+	Bucket, Key string
+	// Size is the payload's size in bytes, as written to the object.
+	Size int
+	// URL is a presigned GET URL of the object, valid until URLExpires;
+	// set for the targets that receive the envelope (webhooks, Lambda).
+	URL        string
+	URLExpires time.Time
 }
 
 // PayloadOmitted reports whether the claim left the payload out because it

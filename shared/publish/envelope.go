@@ -27,11 +27,35 @@ type Envelope struct {
 	Attempt   int               `json:"attempt"`
 	CreatedAt time.Time         `json:"created_at"`
 	Headers   map[string]string `json:"headers,omitempty"`
-	Payload   json.RawMessage   `json:"payload"`
+	// Payload is null when the payload was offloaded to S3: Offload says
+	// where it is.
+	Payload json.RawMessage  `json:"payload"`
+	Offload *EnvelopeOffload `json:"offload,omitempty"`
+}
+
+// EnvelopeOffload points at a payload written to S3 (claim-check offload):
+// the receiver GETs URL before it expires, or reads the object with its own
+// credentials.
+type EnvelopeOffload struct {
+	S3Bucket     string    `json:"s3_bucket"`
+	S3Key        string    `json:"s3_key"`
+	Size         int       `json:"size"`
+	URL          string    `json:"url,omitempty"`
+	URLExpiresAt time.Time `json:"url_expires_at,omitzero"`
 }
 
 // NewEnvelope wraps a claimed message.
 func NewEnvelope(m *outboxtype.Message) Envelope {
+	if o := m.Offload; o != nil {
+		e := newEnvelope(m)
+		e.Payload = nil
+		e.Offload = &EnvelopeOffload{S3Bucket: o.Bucket, S3Key: o.Key, Size: o.Size, URL: o.URL, URLExpiresAt: o.URLExpires.UTC()}
+		return e
+	}
+	return newEnvelope(m)
+}
+
+func newEnvelope(m *outboxtype.Message) Envelope {
 	return Envelope{
 		ID: m.ID.String(), Key: m.StableKey(), Namespace: m.Namespace, Topic: m.Topic,
 		TenantID: m.TenantID, DedupeKey: m.DedupeKey, OrderingKey: m.OrderingKey,

@@ -70,7 +70,7 @@ func buildRoute(p string, i int, rc *routeConfig, attemptCeiling int, ps *proble
 		ps.add(p+".target.timeout", "must be at most %s, got %s", formatDuration(MaxTimeout), tc.Timeout)
 	}
 	r.Target = tc.Target
-	r.Target.Timeout, r.Target.MaxPayloadBytes, r.Target.Concurrency = r.Timeout, r.MaxPayloadBytes, cmp.Or(int(tc.Concurrency), DefaultConcurrency)
+	r.Target.Timeout, r.Target.MaxPayloadBytes, r.Target.Concurrency, r.Target.Offload = r.Timeout, r.MaxPayloadBytes, cmp.Or(int(tc.Concurrency), DefaultConcurrency), rc.Offload
 	switch tc.Type {
 	case TypeEventBridge:
 		r.Target.Source = cmp.Or(r.Target.Source, DefaultSource)

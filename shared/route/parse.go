@@ -204,6 +204,7 @@ type routeConfig struct {
 	Target          targetConfig `json:"target"`
 	Retry           retryConfig  `json:"retry"`
 	MaxPayloadBytes float64      `json:"max_payload_bytes"`
+	Offload         Offload      `json:"offload"`
 }
 
 type targetConfig struct {

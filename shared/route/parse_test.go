@@ -236,14 +236,19 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 		{"timeout as a number", routeTo(`{"type": "lambda", "function": "f", "timeout": 5}`), []want{{"routes[0].target.timeout", "must be a string, not the number 5"}}},
 
 		// Payload size.
-		{"max_payload_bytes zero", routeTo(snsTarget, `"max_payload_bytes": 0`), []want{{"routes[0].max_payload_bytes", "must be at least 1; got 0"}}},
-		{"max_payload_bytes negative", routeTo(snsTarget, `"max_payload_bytes": -1`), []want{{"routes[0].max_payload_bytes", "must be at least 1; got -1"}}},
-		{"max_payload_bytes over sns", routeTo(snsTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 (1 MiB) for an sns target; got 1048577"}}},
-		{"max_payload_bytes over eventbridge", routeTo(ebTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 (1 MiB) for an eventbridge target; got 1048577"}}},
-		{"max_payload_bytes over http", routeTo(httpTarget, `"max_payload_bytes": 10485761`), []want{{"routes[0].max_payload_bytes", "must be at most 10485760 (10 MiB) for an http target; got 10485761"}}},
-		{"max_payload_bytes over lambda", routeTo(lambdaTarget, `"max_payload_bytes": 6291457`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 (6 MiB) for a lambda target; got 6291457"}}},
-		{"max_payload_bytes overflowing", routeTo(lambdaTarget, `"max_payload_bytes": 1e30`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 (6 MiB) for a lambda target; got 1e30"}}},
-		{"max_payload_bytes too large", routeTo(lambdaTarget, `"max_payload_bytes": 99999999999999999999`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 (6 MiB) for a lambda target; got 99999999999999999999"}}},
+		{"max_payload_bytes zero", routeTo(snsTarget, `"max_payload_bytes": 0`), []want{{"routes[0].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got 0"}}},
+		{"max_payload_bytes negative", routeTo(snsTarget, `"max_payload_bytes": -1`), []want{{"routes[0].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got -1"}}},
+		{"max_payload_bytes over sns", routeTo(snsTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 (1 MiB) for an sns target without offload; got 1048577"}}},
+		{"max_payload_bytes over eventbridge", routeTo(ebTarget, `"max_payload_bytes": 1048577`), []want{{"routes[0].max_payload_bytes", "must be at most 1048576 (1 MiB) for an eventbridge target without offload; got 1048577"}}},
+		{"max_payload_bytes over http", routeTo(httpTarget, `"max_payload_bytes": 10485761`), []want{{"routes[0].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got 10485761"}}},
+		{"max_payload_bytes over lambda", routeTo(lambdaTarget, `"max_payload_bytes": 6291457`), []want{{"routes[0].max_payload_bytes", "must be at most 6291456 (6 MiB) for a lambda target without offload; got 6291457"}}},
+		{"max_payload_bytes over 10 MiB, offloaded", routeTo(snsTarget, `"max_payload_bytes": 10485761, "offload": {"bucket": "b-1"}`), []want{{"routes[0].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got 10485761"}}},
+		{"offload without bucket", routeTo(snsTarget, `"offload": {"threshold_bytes": 1000}`), []want{{"routes[0].offload.bucket", "is required"}}},
+		{"offload bad bucket", routeTo(snsTarget, `"offload": {"bucket": "My_Bucket"}`), []want{{"routes[0].offload.bucket", "must be an S3 bucket name"}}},
+		{"offload unknown field", routeTo(snsTarget, `"offload": {"bucket": "b-1", "ttl": "1h"}`), []want{{"routes[0].offload.ttl", "unknown field"}}},
+		{"offload threshold zero", routeTo(snsTarget, `"offload": {"bucket": "b-1", "threshold_bytes": 0}`), []want{{"routes[0].offload.threshold_bytes", "must be at least 1"}}},
+		{"max_payload_bytes overflowing", routeTo(lambdaTarget, `"max_payload_bytes": 1e30`), []want{{"routes[0].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got 1e30"}}},
+		{"max_payload_bytes too large", routeTo(lambdaTarget, `"max_payload_bytes": 99999999999999999999`), []want{{"routes[0].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got 99999999999999999999"}}},
 
 		// Schema.
 		{"schema a string", routeTo(snsTarget, `"schema": "object"`), []want{{"routes[0].schema", `must be a boolean or an object, not the string "object"`}}},
@@ -308,7 +313,7 @@ func TestParseReportsEveryProblem(t *testing.T) {
 		want{"routes[2].target.source", `starts with "aws."`},
 		want{"routes[2].target.tiemout", `unknown field "tiemout" (did you mean "timeout"?); the fields of an eventbridge target are type, timeout, concurrency, event_bus, source, detail_type`},
 		want{"routes[3].match", "already matched by routes[0]"},
-		want{"routes[3].max_payload_bytes", "must be at least 1; got 0"},
+		want{"routes[3].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got 0"},
 		want{"routes[3].target.timeout", "must be at most 5m, got 10m"},
 	)
 }
@@ -585,4 +590,25 @@ func describeTable(table *Table) string {
 			r.Timeout, r.MaxPayloadBytes, r.Schema, r.HasSchema(), r.Target.Key())
 	}
 	return b.String()
+}
+
+// With offload, max_payload_bytes may exceed the target type's maximum (the
+// payload goes to S3); the option is part of the target's key, so routes
+// that offload differently get separate publishers.
+func TestOffloadLiftsThePayloadCapAndKeysTheTarget(t *testing.T) {
+	t.Parallel()
+	table, err := Parse([]byte(`{"routes":[
+	  {"match":{"namespace":"a","topic":"*"},"max_payload_bytes":5242880,"offload":{"bucket":"b-1","threshold_bytes":1000},
+	   "target":{"type":"sns","topic_arn":"arn:aws:sns:eu-west-1:123456789012:t"}},
+	  {"match":{"namespace":"b","topic":"*"},"target":{"type":"sns","topic_arn":"arn:aws:sns:eu-west-1:123456789012:t"}}]}`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := table.Routes[0]
+	if r.MaxPayloadBytes != 5242880 || r.Target.Offload != (Offload{Bucket: "b-1", ThresholdBytes: 1000}) {
+		t.Errorf("max %d, offload %+v", r.MaxPayloadBytes, r.Target.Offload)
+	}
+	if r.Target.Key() == table.Routes[1].Target.Key() || !strings.Contains(r.Target.Key(), `"offload":{"bucket":"b-1"`) {
+		t.Errorf("keys %s and %s", r.Target.Key(), table.Routes[1].Target.Key())
+	}
 }

@@ -148,8 +148,18 @@ type Target struct {
 	Headers           map[string]string `json:"headers,omitempty"`             // http: static extra headers
 	AllowInsecureHTTP bool              `json:"allow_insecure_http,omitempty"` // http: http:// to hosts other than loopback
 	Function          string            `json:"function,omitempty"`            // lambda: a name, partial or full ARN, with an optional :qualifier
+	Offload           Offload           `json:"-"`                             // the route's offload option, in the key: package offload applies it
 
 	key string
+}
+
+// Offload is a route's claim-check option as written, zero when unset (integers float64, as in decoding).
+type Offload struct {
+	Bucket         string  `json:"bucket"`
+	ThresholdBytes float64 `json:"threshold_bytes"`
+	Prefix         string  `json:"prefix"`
+	KMSKeyID       string  `json:"kms_key_id"`
+	URLTTL         string  `json:"url_ttl"`
 }
 
 // Key is the target's identity: routes whose targets have equal keys share
@@ -167,10 +177,11 @@ func (t Target) Key() string {
 func (t Target) computeKey() string {
 	b, err := json.Marshal(struct {
 		Target
-		Timeout         string `json:"timeout"`
-		MaxPayloadBytes int    `json:"max_payload_bytes,omitempty"`
-		Concurrency     int    `json:"concurrency,omitempty"`
-	}{t, t.Timeout.String(), t.MaxPayloadBytes, t.Concurrency})
+		Timeout         string  `json:"timeout"`
+		MaxPayloadBytes int     `json:"max_payload_bytes,omitempty"`
+		Concurrency     int     `json:"concurrency,omitempty"`
+		Offload         Offload `json:"offload,omitzero"`
+	}{t, t.Timeout.String(), t.MaxPayloadBytes, t.Concurrency, t.Offload})
 	if err != nil {
 		panic("route: marshalling a target key: " + err.Error()) // strings, bools, ints and a string map always marshal
 	}

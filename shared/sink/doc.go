@@ -19,7 +19,13 @@
 //	429 + Retry-After            the handler returned RetryLater           retryable
 //	500                          the handler failed (or panicked), or      retryable
 //	                             its success could not be recorded
-//	503                          the Deduper is unavailable                retryable
+//	503                          the Deduper is unavailable, or an         retryable
+//	                             offloaded payload could not be fetched
+//
+// A payload the route offloaded to S3 (the envelope's payload null, its
+// offload field set) is fetched from the presigned URL before the handler
+// runs, and handed to it as the envelope's Payload: handlers see every
+// payload the same way, and Offload says it travelled through S3.
 //
 // A 500's body says only that the handler failed; the error itself goes to
 // the receiver's log (WithLogger), not to the network. A Reject or RetryLater

@@ -54,6 +54,11 @@ func WithMaxBodyBytes(n int64) Option { return func(r *receiver) { r.maxBody = n
 // WithClock replaces time.Now for the timestamp check.
 func WithClock(now func() time.Time) Option { return func(r *receiver) { r.now = now } }
 
+// WithOffloadClient sets the client that fetches payloads a route offloaded
+// to S3 from the envelope's presigned URL (default: a client with a 30s
+// timeout).
+func WithOffloadClient(c *http.Client) Option { return func(r *receiver) { r.offload = c } }
+
 // WithLogger sets where failures (handler errors, panics, deduper errors)
 // are logged (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(r *receiver) { r.log = l } }
@@ -66,6 +71,7 @@ type receiver struct {
 	maxBody   int64
 	now       func() time.Time
 	log       *slog.Logger
+	offload   *http.Client
 }
 
 // NewReceiver returns the http.Handler that receives the dispatcher's
@@ -87,6 +93,7 @@ func NewReceiver(secret []byte, d Deduper, h Handler, opts ...Option) http.Handl
 	r := &receiver{
 		verifier: verifier, dedupe: d, handle: h,
 		tolerance: DefaultTolerance, maxBody: DefaultMaxBodyBytes, now: time.Now, log: slog.Default(),
+		offload: &http.Client{Timeout: 30 * time.Second},
 	}
 	for _, opt := range opts {
 		opt(r)
@@ -141,9 +148,26 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 
-	handlerErr := rc.run(ctx, env)
+	// An offloaded payload is fetched once the delivery is known new; a
+	// failed fetch is retried by the dispatcher, with a fresh URL.
+	var fetchErr error
+	if env.Offload != nil {
+		fetchErr = rc.fetchPayload(ctx, &env)
+	}
+	var handlerErr error
+	if fetchErr == nil {
+		handlerErr = rc.run(ctx, env)
+	}
 	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), finishTimeout)
 	defer cancel()
+	if fetchErr != nil {
+		if rbErr := delivery.Rollback(finishCtx); rbErr != nil {
+			rc.log.ErrorContext(req.Context(), "sink: rollback after a failed payload fetch failed", "webhook_id", id, "error", rbErr)
+		}
+		rc.log.ErrorContext(req.Context(), "sink: could not fetch the offloaded payload", "webhook_id", id, "error", fetchErr)
+		reply(w, http.StatusServiceUnavailable, answer{Status: "retry", Error: "the offloaded payload could not be fetched"})
+		return
+	}
 	if handlerErr != nil {
 		if rbErr := delivery.Rollback(finishCtx); rbErr != nil {
 			rc.log.ErrorContext(req.Context(), "sink: rollback after a handler error failed", "webhook_id", id, "error", rbErr)
@@ -200,6 +224,34 @@ func decodeEnvelope(body []byte, webhookID string) (publish.Envelope, error) {
 		return env, errors.New("the envelope's key is not the webhook-id")
 	}
 	return env, nil
+}
+
+// fetchPayload replaces an offloaded envelope's null payload with the
+// object its presigned URL serves, which must be the size the envelope
+// says. The URL comes from the signed body, so only the dispatcher chose it.
+func (rc *receiver) fetchPayload(ctx context.Context, env *publish.Envelope) error {
+	o := env.Offload
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL, nil)
+	if err != nil {
+		return fmt.Errorf("the offload URL: %w", err)
+	}
+	resp, err := rc.offload.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET s3://%s/%s: %s", o.S3Bucket, o.S3Key, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(o.Size)+1))
+	if err != nil {
+		return err
+	}
+	if len(body) != o.Size {
+		return fmt.Errorf("s3://%s/%s holds %d bytes or more, the envelope says %d", o.S3Bucket, o.S3Key, len(body), o.Size)
+	}
+	env.Payload = body
+	return nil
 }
 
 // run calls the handler, turning a panic into an error so the delivery is

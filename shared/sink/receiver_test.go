@@ -392,3 +392,48 @@ func TestNewReceiverRefusesToRunUnsafely(t *testing.T) {
 		}()
 	}
 }
+
+// An offloaded payload is fetched from the envelope's URL and handed to
+// the handler as the payload; a fetch that fails (or serves another size)
+// is answered 503 without running the handler, and the retry is handled.
+func TestOffloadedPayloadIsFetchedForTheHandler(t *testing.T) {
+	t.Parallel()
+	payload := []byte(`{"invoice":"inv-1","lines":"` + string(bytes.Repeat([]byte("l"), 100_000)) + `"}`)
+	var served atomic.Int32
+	var serve404 atomic.Bool
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		if serve404.Load() {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(payload)
+	}))
+	defer store.Close()
+	c := &counter{}
+	url := serve(t, sink.NewReceiver(testSecret, sink.NewMemoryDeduper(), c.handle, quiet))
+	offloaded := func(size int) *outboxtype.Message {
+		m := publishtest.Message(0, 10)
+		m.Offload = &outboxtype.Offload{Bucket: "b", Key: "k", Size: size, URL: store.URL + "/k", URLExpires: time.Now().Add(time.Hour)}
+		return m
+	}
+
+	serve404.Store(true)
+	m := offloaded(len(payload))
+	if got := send(t, newDelivery(t, m).request(t, url)); got.status != http.StatusServiceUnavailable || c.count() != 0 {
+		t.Fatalf("a URL answering 404: %d %v, handler ran %d times; want 503 and no run", got.status, got.answer, c.count())
+	}
+	serve404.Store(false)
+	if got := send(t, newDelivery(t, offloaded(len(payload)+1)).request(t, url)); got.status != http.StatusServiceUnavailable || c.count() != 0 {
+		t.Fatalf("an object of another size: %d %v, handler ran %d times; want 503 and no run", got.status, got.answer, c.count())
+	}
+	if got := send(t, newDelivery(t, m).request(t, url)); got.status != http.StatusOK || got.answer["status"] != "delivered" {
+		t.Fatalf("the retry: %d %v, want 200 delivered", got.status, got.answer)
+	}
+	if c.count() != 1 || !bytes.Equal(c.envs[0].Payload, payload) || c.envs[0].Offload == nil {
+		t.Fatalf("the handler ran %d times; want once, with the fetched payload", c.count())
+	}
+	if served.Load() != 3 {
+		t.Errorf("the store served %d requests, want 3", served.Load())
+	}
+}

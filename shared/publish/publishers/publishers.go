@@ -15,6 +15,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/publish/awserr"
 	ebpub "github.com/outboxkit/dispatcher/shared/publish/eventbridge"
 	"github.com/outboxkit/dispatcher/shared/publish/lambdainvoke"
+	"github.com/outboxkit/dispatcher/shared/publish/offload"
 	snspub "github.com/outboxkit/dispatcher/shared/publish/sns"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
 	"github.com/outboxkit/dispatcher/shared/route"
@@ -39,6 +41,13 @@ type Deps struct {
 	// WrapHTTP, when set, wraps each plugin HTTP client (tracing).
 	WrapHTTP func(*http.Client) *http.Client
 }
+
+// inlineBytes is what each target type takes inline by default (the
+// routes schema's max_payload_bytes defaults): with offload, the most a
+// route's publisher sends, and the largest threshold.
+var inlineBytes = map[string]int{route.TypeSNS: 256 << 10, route.TypeEventBridge: 256 << 10, route.TypeHTTP: 1 << 20, route.TypeLambda: 1 << 20}
+
+func ptr[T any](v T) *T { return &v }
 
 // Build returns a publisher per distinct target of table, keyed by
 // route.Target.Key().
@@ -66,6 +75,7 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 		ebClient  *eventbridge.Client
 		lmClient  *lambda.Client
 		smClient  *secretsmanager.Client
+		s3Client  *s3.Client
 	)
 	out := map[string]publish.Publisher{}
 	for _, r := range table.Routes {
@@ -78,6 +88,16 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 			p   publish.Publisher
 			err error
 		)
+		// With offload, the route may take payloads larger than its target:
+		// the target's publisher is built with what the target takes inline.
+		oc, offloads, err := offload.FromRoute(t, inlineBytes[t.Type])
+		if err != nil {
+			return nil, fmt.Errorf("target: %s (%s): %w", r.Name, t.Type, err)
+		}
+		if offloads {
+			r = ptr(*r)
+			r.MaxPayloadBytes = min(r.MaxPayloadBytes, inlineBytes[t.Type])
+		}
 		switch t.Type {
 		case "sns":
 			if snsClient == nil {
@@ -123,6 +143,12 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 			}
 		default:
 			err = fmt.Errorf("unknown target type %q", t.Type)
+		}
+		if offloads && err == nil {
+			if s3Client == nil {
+				s3Client = s3.NewFromConfig(awsCfg)
+			}
+			p, err = offload.New(p, s3Client, oc)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("target: %s (%s): %w", r.Name, t.Type, err)

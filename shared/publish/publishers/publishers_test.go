@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/eventbridge"
 	"github.com/outboxkit/dispatcher/shared/publish/lambdainvoke"
+	"github.com/outboxkit/dispatcher/shared/publish/offload"
 	"github.com/outboxkit/dispatcher/shared/publish/publishers"
 	"github.com/outboxkit/dispatcher/shared/publish/sns"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
@@ -135,5 +136,40 @@ func TestAWSClientsRetryEveryFailedCallOnceWithoutAQuota(t *testing.T) {
 				t.Fatalf("%d requests for %d failing calls: want each call retried exactly once (%d)", got, calls, 2*calls)
 			}
 		})
+	}
+}
+
+// A route with offload gets its target's publisher wrapped, built with
+// what the target takes inline although the route's max_payload_bytes is
+// larger; a threshold over that fails the cold start naming the route.
+func TestOffloadWrapsTheTargetsPublisher(t *testing.T) {
+	t.Parallel()
+	table, err := route.Parse([]byte(`{"routes":[
+	  {"match":{"namespace":"billing","topic":"*"},"max_payload_bytes":4194304,"offload":{"bucket":"acme-payloads"},
+	   "target":{"type":"sns","topic_arn":"arn:aws:sns:eu-west-1:123456789012:invoices"}},
+	  {"match":{"namespace":"audit","topic":"*"},"target":{"type":"sns","topic_arn":"arn:aws:sns:eu-west-1:123456789012:invoices"}}]}`), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubs, err := publishers.Build(context.Background(), table, publishers.Deps{AWS: awsCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pubs[table.Routes[0].Target.Key()].(*offload.Publisher); !ok {
+		t.Errorf("the offloading route's publisher is %T", pubs[table.Routes[0].Target.Key()])
+	}
+	if _, ok := pubs[table.Routes[1].Target.Key()].(*sns.Publisher); !ok {
+		t.Errorf("the other route's publisher is %T", pubs[table.Routes[1].Target.Key()])
+	}
+
+	table, err = route.Parse([]byte(`{"routes":[{"name":"invoices","match":{"namespace":"*","topic":"*"},
+	  "offload":{"bucket":"acme-payloads","threshold_bytes":300000},
+	  "target":{"type":"eventbridge","event_bus":"default"}}]}`), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = publishers.Build(context.Background(), table, publishers.Deps{AWS: awsCfg})
+	if err == nil || !strings.Contains(err.Error(), "invoices") || !strings.Contains(err.Error(), "threshold_bytes") {
+		t.Fatalf("err = %v, want it to name the route and threshold_bytes", err)
 	}
 }

@@ -45,9 +45,11 @@
 // outbox.tenant_id, outbox.dedupe_key, outbox.sequence_id (Number) and
 // outbox.trace_header — SNS has no per-message trace field, so the
 // producer's X-Ray trace header travels as an attribute — then the
-// message's headers. SNS allows 10 attributes per message, names of at
-// most 256 characters of A-Z a-z 0-9 _ - . (not starting with AWS. or
-// Amazon., no leading, trailing or doubled period) and non-empty values;
+// message's headers, and for a payload offloaded to S3 (package offload,
+// the body then its pointer) ExtendedPayloadSize (Number). SNS allows 10
+// attributes per message, names of at most 256 characters of A-Z a-z 0-9
+// _ - . (not starting with AWS. or Amazon., no leading, trailing or doubled
+// period) and non-empty values;
 // headers may not start with outbox., the publisher's own prefix. A
 // message that breaks a rule is a terminal INVALID_PAYLOAD whose
 // *InvalidMessageError names the rule and the attribute; no header is ever

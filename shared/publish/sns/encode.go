@@ -26,6 +26,11 @@ const (
 	AttributeSequenceID  = "outbox.sequence_id"  // Number, optional: the order within the ordering key
 	AttributeAttempt     = "outbox.attempt"      // Number: the delivery attempt, from 1
 	AttributeTraceHeader = "outbox.trace_header" // String, optional: the producer's X-Ray trace header
+	// AttributeExtendedPayloadSize (Number) is set on a message whose
+	// payload was offloaded to S3, with the payload's size: with the
+	// PayloadS3Pointer body it is the AWS payload-offloading format, which
+	// the SNS and SQS Extended Client Libraries read.
+	AttributeExtendedPayloadSize = "ExtendedPayloadSize"
 )
 
 // reservedHeaderPrefix keeps headers from shadowing the publisher's own
@@ -134,7 +139,7 @@ func (p *Publisher) encode(m *outboxtype.Message) (types.PublishBatchRequestEntr
 	}
 
 	count := fixedAttributes + len(m.Headers)
-	for _, set := range [...]bool{m.TenantID != "", m.DedupeKey != "", m.SequenceID != 0, m.TraceHeader != ""} {
+	for _, set := range [...]bool{m.TenantID != "", m.DedupeKey != "", m.SequenceID != 0, m.TraceHeader != "", m.Offload != nil} {
 		if set {
 			count++
 		}
@@ -184,6 +189,9 @@ func (p *Publisher) encode(m *outboxtype.Message) (types.PublishBatchRequestEntr
 	}
 	for name, value := range m.Headers {
 		add(name, dataTypeString, value)
+	}
+	if m.Offload != nil { // after the headers: a header of that name cannot shadow it
+		add(AttributeExtendedPayloadSize, dataTypeNumber, strconv.Itoa(m.Offload.Size))
 	}
 
 	size := len(m.Payload) + attrBytes

@@ -244,3 +244,29 @@ func BenchmarkPublishOverhead(b *testing.B) {
 		}
 	}
 }
+
+// An offloaded message carries ExtendedPayloadSize as a Number, after the
+// headers (a header of that name cannot shadow it), and the attribute
+// counts toward SNS's ten.
+func TestEncodeOffloadedMessage(t *testing.T) {
+	t.Parallel()
+	p, err := New(struct{ API }{}, Config{TopicARN: "arn:aws:sns:eu-west-1:123456789012:invoices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &outboxtype.Message{Keys: outboxtype.Keys{ID: uuid.New(), Namespace: "billing", Topic: "invoice"}, Attempt: 1,
+		Payload: []byte(`["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"b","s3Key":"k"}]`),
+		Headers: map[string]string{"ExtendedPayloadSize": "1"}, Offload: &outboxtype.Offload{Bucket: "b", Key: "k", Size: 600000}}
+	entry, _, err := p.encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := entry.MessageAttributes[AttributeExtendedPayloadSize]
+	if aws.ToString(got.DataType) != "Number" || aws.ToString(got.StringValue) != "600000" {
+		t.Errorf("ExtendedPayloadSize = %s %s, want Number 600000", aws.ToString(got.DataType), aws.ToString(got.StringValue))
+	}
+	m.Headers = map[string]string{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"}
+	if _, _, err := p.encode(m); err == nil || !strings.Contains(err.Error(), string(RuleTooManyAttributes)) {
+		t.Errorf("4 attributes, 6 headers and ExtendedPayloadSize: err = %v, want too many attributes", err)
+	}
+}

@@ -31,6 +31,10 @@
 // Config.Headers win over a message's headers of the same name, so a producer
 // cannot replace, say, the receiver's Authorization.
 //
+// A message whose payload a route offloaded to S3 (package offload) has
+// the envelope's payload null and its offload field pointing at the object,
+// with a presigned GET URL; the request carries HeaderPayloadOffloaded.
+//
 // # Outcomes
 //
 // Statuses map in one place (classifyResponse):

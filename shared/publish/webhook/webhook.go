@@ -27,6 +27,11 @@ const (
 	DefaultUserAgent       = "outbox-dispatcher"
 )
 
+// HeaderPayloadOffloaded ("s3") is sent with a message whose payload a
+// route offloaded to S3: the envelope's payload is null and its offload
+// field says where the payload is.
+const HeaderPayloadOffloaded = "Outbox-Payload-Offloaded"
+
 // Config is one webhook target.
 type Config struct {
 	// URL is the endpoint; required, absolute http or https.
@@ -286,6 +291,11 @@ func (p *Publisher) header(m *outboxtype.Message, key string, sentAt time.Time, 
 	h["Webhook-Timestamp"] = []string{strconv.FormatInt(sentAt.Unix(), 10)}
 	h["Webhook-Signature"] = []string{signature}
 	h["Idempotency-Key"] = []string{key}
+	if m.Offload != nil {
+		// Marks a body whose payload is in S3 (envelope field offload), so
+		// that a receiver can tell before parsing it.
+		h[HeaderPayloadOffloaded] = []string{"s3"}
+	}
 	if m.TraceHeader != "" && validHeaderValue(m.TraceHeader) {
 		h["X-Amzn-Trace-Id"] = []string{m.TraceHeader}
 	}
