@@ -38,6 +38,9 @@ type environment struct {
 	// other goroutine than the one running its first invocation.
 	proc           *lambdatest.Function
 	stdout, stderr *lineWriter
+	// cpu is the environment's CPU group when the emulator caps CPU; set
+	// by launch, then guarded by the function's observations lock.
+	cpu *cpuGroup
 
 	// Guarded by Emulator.mu.
 	state environmentState
@@ -78,6 +81,14 @@ func (env *environment) launch() error {
 		return fmt.Errorf("lambdaemu: start an environment of %s: %w", cfg.Name, err)
 	}
 	env.proc = proc
+	if st := env.emu.cpu; st.Enabled {
+		g, err := newCPUGroup(st, cfg.Name, env.id, cfg.MemoryMB, proc.PID())
+		if err != nil {
+			proc.Stop()
+			return err
+		}
+		env.cpu = g
+	}
 	env.fn.obs.count(func(s *Stats) { s.EnvironmentsStarted++ })
 	env.emu.logf("lambdaemu: %s: environment %d started (pid %d)", cfg.Name, env.id, proc.PID())
 	return nil
@@ -117,6 +128,7 @@ func (env *environment) end(stop func()) {
 		if env.proc != nil {
 			stop()
 		}
+		env.releaseCPUGroup()
 		if env.stdout != nil {
 			env.stdout.flush()
 			env.stderr.flush()

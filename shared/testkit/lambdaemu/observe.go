@@ -159,6 +159,9 @@ type Stats struct {
 	// rounded up to the millisecond; GBSeconds weighs it by MemoryMB.
 	BilledDuration time.Duration
 	GBSeconds      float64
+	// CPU sums the cpu.stat counters of the ended environments when the
+	// emulator caps CPU (Emulator.CPUStat adds the live ones).
+	CPU CPUStat
 }
 
 // Count is the invocations of type t that ended with o.
