@@ -55,6 +55,11 @@ func TestBootstrapIsCappedAtItsLambdaShare(t *testing.T) {
 	if inv.Outcome != lambdaemu.OutcomeSucceeded || a.SpunWallMS == 0 {
 		t.Fatalf("spin: %s %s", inv.Outcome, inv.Response)
 	}
+	// The record's CPU counts in 10 ms ticks, and the spin's 300 ms is at
+	// least that.
+	if inv.CPU < 280*time.Millisecond {
+		t.Errorf("the invocation's record says it used %s of CPU; the probe spun %.0f ms", inv.CPU, a.SpunCPUMS)
+	}
 	share := float64(wantQuota) / 100000
 	// Slack: the spin's own CPU clock ticks coarsely, and a period's
 	// quota may be overrun by a scheduler tick before the kernel stops it.

@@ -153,6 +153,27 @@ func (env *environment) maxMemoryUsedMB() int {
 	return 0
 }
 
+// processCPU reads the process's user and system CPU time so far
+// (/proc/<pid>/stat, in USER_HZ ticks, 100 a second on Linux).
+func (env *environment) processCPU() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", env.proc.PID()))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: fields count from after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100)
+}
+
 func (env *environment) newLineWriter(stream string) *lineWriter {
 	return &lineWriter{emit: func(text string) {
 		l := LogLine{At: time.Now(), Environment: env.id, Stream: stream, Text: text}
