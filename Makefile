@@ -102,7 +102,7 @@ bench-compare: ## Compare with River, watermill-sql and the bare-SQL floor; rewr
 	cd bench && BENCH_MAKE_STARTED=$$(date +%s) $(GO) run ./cmd/compare $(if $(QUICK),-quick)
 
 .PHONY: bench-deployment
-bench-deployment: ## The deployment under the Lambda emulation: dispatch with the template's defaults (schedule, linger, fan-out; real time), 1,000 msgs/s offered to a 20 ms webhook for 60 s; prints commit-to-receipt latency, throughput, claims per second (ARGS="-rate 0 -backlog 200000 …"; -target eventbridge -bulk-backlog: a drain to an endpoint answering at once)
+bench-deployment: ## The deployment under the Lambda emulation: dispatch with the template's defaults (schedule, linger, fan-out; real time), 1,000 msgs/s offered to a 20 ms webhook for 60 s; prints commit-to-receipt latency, throughput, claims per second (ARGS="-rate 0 -backlog 200000 …"; -target eventbridge -bulk-backlog: a drain to an endpoint answering at once); then one invocation's drain unconstrained and at the template MemorySize's CPU share (-invocation-drain 0: skip)
 	$(GO) run ./shared/testkit/deploybench/cmd/deploybench $(ARGS)
 
 # ---- Reliability: the fault-injection soak and the fuzz targets ----
