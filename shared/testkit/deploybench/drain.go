@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/outboxkit/dispatcher/shared/route"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
 	"github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
@@ -107,7 +108,12 @@ func InvocationDrain(ctx context.Context, cfg DrainConfig) (DrainResult, error) 
 	defer pool.Close()
 
 	run := Config{DatabaseURL: cfg.DatabaseURL, Target: cfg.Target, BulkBacklog: true}.withDefaults()
-	run.TargetLatency, run.RouteConcurrency = 0, 0 // both targets answer at once, at the route's default concurrency
+	// Both targets answer at once, the webhook with the route's default
+	// calls in flight (EventBridge's route leaves it to the default).
+	run.TargetLatency, run.RouteConcurrency = 0, 0
+	if cfg.Target == TargetWebhook {
+		run.RouteConcurrency = route.DefaultConcurrency
+	}
 	target, targetEnv, err := startTarget(run)
 	if err != nil {
 		return res, err
