@@ -38,6 +38,18 @@ type DrainConfig struct {
 	CPU lambdaemu.CPUShare
 	// FunctionEnv adds to or overrides the function's environment.
 	FunctionEnv []string
+	// Custom, when set, replaces Target with an endpoint the caller runs
+	// (e.g. a test's SNS fake).
+	Custom *CustomTarget
+}
+
+// CustomTarget is an endpoint the caller runs: its name for the report,
+// the function's variables that route every message to it, and the count
+// of messages it has accepted.
+type CustomTarget struct {
+	Name     string
+	Env      []string
+	Received func() int
 }
 
 // DrainResult is what the invocation did.
@@ -114,11 +126,20 @@ func InvocationDrain(ctx context.Context, cfg DrainConfig) (DrainResult, error) 
 	if cfg.Target == TargetWebhook {
 		run.RouteConcurrency = route.DefaultConcurrency
 	}
-	target, targetEnv, err := startTarget(run)
-	if err != nil {
-		return res, err
+	var (
+		targetEnv []string
+		received  func() int
+	)
+	if c := cfg.Custom; c != nil {
+		res.Target, targetEnv, received = c.Name, c.Env, c.Received
+	} else {
+		target, env, err := startTarget(run)
+		if err != nil {
+			return res, err
+		}
+		defer target.Close()
+		targetEnv, received = env, target.Received
 	}
-	defer target.Close()
 
 	emu, err := lambdaemu.New(lambdaemu.Options{DiscardLogs: true, CPU: cfg.CPU})
 	if err != nil {
@@ -159,7 +180,7 @@ func InvocationDrain(ctx context.Context, cfg DrainConfig) (DrainResult, error) 
 		return res, fmt.Errorf("deploybench: the drain invocation %s: %s", inv.Outcome, inv.Response)
 	}
 	after, _ := emu.CPUStat(dispatchFunction)
-	res.Took, res.CPU, res.Delivered = inv.Duration(), inv.CPU, target.Received()
+	res.Took, res.CPU, res.Delivered = inv.Duration(), inv.CPU, received()
 	res.Throttled = lambdaemu.CPUStat{Periods: after.Periods - before.Periods,
 		ThrottledPeriods: after.ThrottledPeriods - before.ThrottledPeriods, ThrottledTime: after.ThrottledTime - before.ThrottledTime}
 	var answer struct {
