@@ -42,6 +42,7 @@ func run() error {
 	)
 	flag.StringVar(&opts.Template, "template", "../template.yaml", "the SAM template to read the dispatch MemorySize and DispatchMaxWorkers from")
 	flag.IntVar(&opts.FloorMessages, "floor-messages", 200000, "messages the floor drains")
+	flag.IntVar(&opts.FloorRounds, "floor-rounds", 3, "floor rounds; the best counts")
 	flag.IntVar(&opts.Backlog, "backlog", 100000, "messages the invocation drains")
 	flag.Parse()
 	opts.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }

@@ -33,6 +33,9 @@ type Options struct {
 	// FloorMessages (default 200,000 of 512 bytes, as make bench-compare's
 	// floor) and FloorBatch (default 1,000) size the floor's run.
 	FloorMessages, FloorBatch int
+	// FloorRounds is how many times the floor drains the queue; the best
+	// round counts (default 3).
+	FloorRounds int
 	// Backlog is what the invocation drains (default 100,000).
 	Backlog int
 	// Logf hears about progress.
@@ -84,6 +87,9 @@ func Run(ctx context.Context, srv *scratch.Server, opts Options) (Result, error)
 	if opts.FloorBatch == 0 {
 		opts.FloorBatch = 1000
 	}
+	if opts.FloorRounds == 0 {
+		opts.FloorRounds = 3
+	}
 	if opts.Backlog == 0 {
 		opts.Backlog = 100000
 	}
@@ -101,23 +107,36 @@ func Run(ctx context.Context, srv *scratch.Server, opts Options) (Result, error)
 	}
 	logf("%s", res.Settings)
 
-	logf("the %d-client floor: %d messages of 512 bytes, batch %d", FloorClients, opts.FloorMessages, opts.FloorBatch)
-	db, err := srv.CreateMigrated(ctx, "share_floor")
+	logf("the %d-client floor: %d messages of 512 bytes, batch %d, best of %d rounds", FloorClients, opts.FloorMessages, opts.FloorBatch, opts.FloorRounds)
+	tmpl, err := srv.CreateMigrated(ctx, "share_floor_template")
 	if err != nil {
 		return res, err
 	}
-	_, err = outboxrun.Enqueue(ctx, db, workload.Spec{Messages: opts.FloorMessages, PayloadBytes: 512}, true)
+	defer tmpl.Drop()
+	_, err = outboxrun.Enqueue(ctx, tmpl, workload.Spec{Messages: opts.FloorMessages, PayloadBytes: 512}, true)
 	if err == nil {
-		err = db.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT")
+		err = tmpl.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT")
 	}
-	if err == nil {
-		res.Floor, err = floor.Run(ctx, db, FloorClients, opts.FloorBatch)
-	}
-	db.Drop()
 	if err != nil {
-		return res, fmt.Errorf("lambdashare: the floor: %w", err)
+		return res, fmt.Errorf("lambdashare: the floor's queue: %w", err)
 	}
-	logf("  %.0f msgs/s", res.Floor.Rate())
+	// The best round: the machine's other work only ever slows the floor,
+	// and a faster floor makes R the harder to reach.
+	for range opts.FloorRounds {
+		db, err := srv.CreateFrom(ctx, "share_floor", tmpl.Name)
+		if err != nil {
+			return res, err
+		}
+		f, err := floor.Run(ctx, db, FloorClients, opts.FloorBatch)
+		db.Drop()
+		if err != nil {
+			return res, fmt.Errorf("lambdashare: the floor: %w", err)
+		}
+		logf("  %.0f msgs/s", f.Rate())
+		if res.Floor.Elapsed == 0 || f.Rate() > res.Floor.Rate() {
+			res.Floor = f
+		}
+	}
 
 	binary, err := outboxrun.BuildDispatch()
 	if err != nil {
@@ -169,8 +188,8 @@ func (r Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "cluster: %s\n", r.Settings)
 	fmt.Fprintf(w, "autovacuum=%s\n", r.Settings.Autovacuum)
 	fmt.Fprintf(w, "%s\n", r.EventBridge.CPUShare)
-	fmt.Fprintf(w, "floor, %d clients, batch %d: %d messages in %s: %.0f msgs/s\n",
-		FloorClients, r.Floor.BatchSize, r.Floor.Messages, r.Floor.Elapsed.Round(time.Millisecond), r.Floor.Rate())
+	fmt.Fprintf(w, "floor, %d clients, batch %d, best of %d rounds: %d messages in %s: %.0f msgs/s\n",
+		FloorClients, r.Floor.BatchSize, r.Options.FloorRounds, r.Floor.Messages, r.Floor.Elapsed.Round(time.Millisecond), r.Floor.Rate())
 	for _, d := range []deploybench.DrainResult{r.Webhook, r.EventBridge} {
 		fmt.Fprintf(w, "%s; x %d workers = %.0f msgs/s, ratio %.2f\n", d, r.Template.DispatchMaxWorkers,
 			d.Rate()*float64(r.Template.DispatchMaxWorkers), r.Ratio(d))
@@ -188,10 +207,10 @@ func (r Result) Markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("## Lambda's CPU share\n\n")
-	p("Lambda gives a function CPU in proportion to its memory, one vCPU at %d MB: the template's %d MB dispatch function gets %.1f%% of a CPU. `make bench-lambda-share` (bench/cmd/lambdashare; also run here) runs one dispatch bootstrap in a cgroup v1 CPU group with that quota (`lambdaemu.CPULambdaShare`: %d µs of every 100,000 µs), warm, draining a backlog of %s messages alone (no fan-out, no linger), and compares %d of them — the template's `DispatchMaxWorkers` — with the %d-client bare-SQL floor measured in the same run. **R** = one invocation's rate × %d ÷ the floor; R ≥ 1 means the deployed workers can take everything the floor gives.\n\n",
+	p("Lambda gives a function CPU in proportion to its memory, one vCPU at %d MB: the template's %d MB dispatch function gets %.1f%% of a CPU. `make bench-lambda-share` (bench/cmd/lambdashare; also run here) runs one dispatch bootstrap in a cgroup v1 CPU group with that quota (`lambdaemu.CPULambdaShare`: %d µs of every 100,000 µs), warm, draining a backlog of %s messages alone (no fan-out, no linger), and compares %d of them — the template's `DispatchMaxWorkers` — with the %d-client bare-SQL floor measured in the same run (the best of %d rounds). **R** = one invocation's rate × %d ÷ the floor; R ≥ 1 means the deployed workers can take everything the floor gives.\n\n",
 		lambdaemu.LambdaFullCPUMemoryMB, r.Template.DispatchMemoryMB, 100*float64(r.Template.DispatchMemoryMB)/lambdaemu.LambdaFullCPUMemoryMB,
 		lambdaemu.CPUShareStatus{Enabled: true, Requested: lambdaemu.CPULambdaShare}.QuotaFor(r.Template.DispatchMemoryMB).Microseconds(),
-		thousands(r.Options.Backlog), r.Template.DispatchMaxWorkers, FloorClients, r.Template.DispatchMaxWorkers)
+		thousands(r.Options.Backlog), r.Template.DispatchMaxWorkers, FloorClients, r.Options.FloorRounds, r.Template.DispatchMaxWorkers)
 	p("Cluster: %s. %s.\n\n", r.Settings, r.EventBridge.CPUShare)
 	p("| run | msgs/s | µs CPU per message (bootstrap) | throttled periods | × %d workers | R |\n|---|---|---|---|---|---|\n", r.Template.DispatchMaxWorkers)
 	p("| floor, %d clients, batch %d | %.0f | | | | |\n", FloorClients, r.Floor.BatchSize, r.Floor.Rate())
