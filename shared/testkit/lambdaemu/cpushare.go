@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -129,7 +130,8 @@ func setUpCPUShare(c CPUShare) (CPUShareStatus, error) {
 		st.Reason = fmt.Sprintf("no cgroup v1 CPU controller at %s", root)
 		return st, nil
 	}
-	dir, err := os.MkdirTemp(root, "lambdaemu-")
+	sweepCPUGroups(root)
+	dir, err := os.MkdirTemp(root, fmt.Sprintf("lambdaemu-%d-", os.Getpid()))
 	if err != nil {
 		st.Reason = fmt.Sprintf("cannot create a CPU group under %s: %v", root, err)
 		if os.Geteuid() != 0 {
@@ -263,4 +265,22 @@ func (s CPUShareStatus) removeDir() error {
 		return nil
 	}
 	return (&cpuGroup{dir: s.Dir}).remove()
+}
+
+// sweepCPUGroups removes the groups of emulators whose process is gone (a
+// benchmark killed before Close): the kernel keeps an empty group until
+// it is removed. A group that still holds a process stays.
+func sweepCPUGroups(root string) {
+	dirs, _ := filepath.Glob(filepath.Join(root, "lambdaemu-*-*"))
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(strings.Split(filepath.Base(dir), "-")[1])
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		envs, _ := filepath.Glob(filepath.Join(dir, "*-env*"))
+		for _, env := range envs {
+			os.Remove(env)
+		}
+		os.Remove(dir)
+	}
 }

@@ -86,6 +86,24 @@ func TestBootstrapIsCappedAtItsLambdaShare(t *testing.T) {
 	}
 }
 
+// A group left by an emulator whose process died is removed by the next
+// emulator that sets up its share.
+func TestStaleCPUGroupsAreSwept(t *testing.T) {
+	// Not parallel: the sweep it waits for runs in any emulator's New.
+	probe := cpuShareEmulator(t)
+	root := filepath.Dir(probe.CPUShareStatus().Dir)
+	// A pid that is not running: the largest the kernel hands out, plus one.
+	stale := filepath.Join(root, "lambdaemu-4194305-test")
+	if err := os.MkdirAll(filepath.Join(stale, "fn-env1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(filepath.Join(stale, "fn-env1")); os.Remove(stale) })
+	newEmulator(t, lambdaemu.Options{CPU: lambdaemu.CPUShare{Mode: lambdaemu.CPULambdaShare}})
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead emulator's group %s is still there (%v)", stale, err)
+	}
+}
+
 func TestCPUShareOffWithoutCgroups(t *testing.T) {
 	t.Parallel()
 	e := newEmulator(t, lambdaemu.Options{CPU: lambdaemu.CPUShare{Mode: lambdaemu.CPULambdaShare, Root: t.TempDir()}})
