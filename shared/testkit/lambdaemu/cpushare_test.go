@@ -43,7 +43,7 @@ func TestBootstrapIsCappedAtItsLambdaShare(t *testing.T) {
 		t.Fatalf("pid %d is in CPU group %s, want one inside %s", warm.PID, group, e.CPUShareStatus().Dir)
 	}
 	mem := float64(memoryMB)
-	wantQuota := int(math.Round(mem / lambdaemu.LambdaFullCPUMemoryMB * 100000)) // 14,472 µs
+	wantQuota := int(math.Round(mem / lambdaemu.LambdaFullCPUMemoryMB * 100000)) // 14,471 µs
 	if q := readInt(t, filepath.Join(group, "cpu.cfs_quota_us")); q != wantQuota {
 		t.Errorf("cpu.cfs_quota_us = %d, want %d (256 MB ÷ 1,769 MB of 100,000 µs)", q, wantQuota)
 	}

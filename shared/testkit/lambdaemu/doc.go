@@ -76,7 +76,7 @@
 //     Lambda gives a 256 MB function a fraction of a vCPU. With
 //     [Options.CPU] set to [CPULambdaShare] each environment runs in its
 //     own cgroup v1 CPU group with a CFS quota of MemoryMB ÷ 1,769 MB of
-//     every 100 ms period (256 MB: 14,472 µs), as Lambda shares CPU; the
+//     every 100 ms period (256 MB: 14,471 µs), as Lambda shares CPU; the
 //     groups are removed at Close, [Emulator.CPUStat] reads their
 //     throttling, and [Emulator.CPUShareStatus] says whether the cap is on
 //     (it needs root and the cgroup v1 CPU controller; without them the
