@@ -28,6 +28,10 @@ func FuzzEncodeEnvelope(f *testing.F) {
 	f.Add("ns\xff", "<topic>&", "\u2028", "key\x00", "k\"\\", int64(-1), -1, int64(-62135596800), int64(-1),
 		"h\xfe", "v\n", []byte(` [1, 2.50, "\u00e9", {"a":{}}] `))
 	f.Add("a", "b", "", "", "", int64(1), 1, int64(253402300800), int64(0), "", "", []byte(`"string payload"`))
+	// Plain fields and payloads: the reflection-free path, headers sorted.
+	f.Add("billing", "invoice_paid", "t", "", "o", int64(0), 1, int64(1735787045), int64(0), "b-first", "v", []byte(`{"a": [1, 2], "b": {"c": "d e"}}`))
+	f.Add("billing", "invoice_paid", "", "d", "", int64(9), 2, int64(-1), int64(999999999), "a", "", []byte("\n\t{ \"x\" : \"\u00e9\" }"))
+	f.Add("n", "t", "", "", "", int64(0), 1, int64(0), int64(1), "", "", []byte(`{"s":"\u2028"}`))
 	f.Fuzz(func(t *testing.T, namespace, topic, tenant, dedupeKey, orderingKey string, sequenceID int64, attempt int,
 		createdSeconds, createdNanos int64, headerName, headerValue string, payload []byte) {
 		if !json.Valid(payload) {
@@ -54,6 +58,10 @@ func FuzzEncodeEnvelope(f *testing.F) {
 		}
 		if err != nil {
 			t.Fatalf("EncodeEnvelope: %v", err)
+		}
+		// The reflection-free encoding must write what json.Marshal writes.
+		if want, err := json.Marshal(publish.NewEnvelope(m)); err != nil || !bytes.Equal(body, want) {
+			t.Fatalf("EncodeEnvelope wrote\n%s\njson.Marshal writes\n%s (%v)", body, want, err)
 		}
 		if !json.Valid(body) || (!utf8.Valid(body) && utf8.Valid(payload)) {
 			// Invalid UTF-8 inside the payload's strings passes through a

@@ -17,8 +17,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/outboxkit/dispatcher/bench/internal/lambdashare"
 	"github.com/outboxkit/dispatcher/bench/internal/report"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/suite"
@@ -77,17 +79,29 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Lambda's CPU share (make bench-lambda-share) on the same server: the
+	// template's workers at their share against the floor.
+	shareOpts := lambdashare.Options{Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lambda share: "+format+"\n", args...) }}
+	if cfg.Quick {
+		shareOpts.FloorMessages, shareOpts.Backlog = 20000, 20000
+	}
+	share, err := lambdashare.Run(ctx, &scratch.Server{AdminURL: *dbURL}, shareOpts)
+	if err != nil {
+		return err
+	}
 	// make bench-compare passes the time it started, before the build.
 	if sec, err := strconv.ParseInt(os.Getenv("BENCH_MAKE_STARTED"), 10, 64); err == nil && sec > 0 {
 		res.WallClock = time.Since(time.Unix(sec, 0))
 	}
 	fmt.Println()
 	report.Table(os.Stdout, res)
+	fmt.Println()
+	share.Print(os.Stdout)
 	if err := report.Plot(res, filepath.Join(dir, plotFile)); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
 	md := filepath.Join(dir, "BENCHMARKS.md")
-	if err := os.WriteFile(md, []byte(report.Markdown(res, plotFile)), 0o644); err != nil {
+	if err := os.WriteFile(md, []byte(withSection(report.Markdown(res, plotFile), share.Markdown())), 0o644); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s and %s\n", md, filepath.Join(dir, plotFile))
@@ -99,4 +113,14 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// withSection puts section after the deployment's, before the engine's
+// profile, or at the end when that heading is gone.
+func withSection(md, section string) string {
+	const next = "## Where the engine's time goes"
+	if i := strings.Index(md, next); i >= 0 {
+		return md[:i] + section + md[i:]
+	}
+	return md + "\n" + section
 }

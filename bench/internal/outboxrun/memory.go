@@ -217,3 +217,7 @@ func memoryOf(pid int) (hwm, rss int64, err error) {
 	}
 	return hwm, rss, nil
 }
+
+// BuildDispatch builds the dispatch bootstrap from the product's module
+// (bench runs from its own).
+func BuildDispatch() (string, error) { return buildDispatch() }

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
@@ -121,7 +119,7 @@ type Publisher struct {
 	client    *http.Client
 	url       *url.URL
 	target    string // the URL without credentials or query, for errors
-	signer    *standardwebhooks.Webhook
+	signer    *signer
 	staticHdr http.Header // Content-Type, User-Agent, Config.Headers
 	timeout   time.Duration
 	maxBody   int
@@ -147,10 +145,7 @@ func New(client *http.Client, cfg Config) (*Publisher, error) {
 		c.CheckRedirect = noRedirects
 		client = &c
 	}
-	signer, err := standardwebhooks.NewWebhookRaw(cfg.Secret)
-	if err != nil {
-		return nil, fmt.Errorf("webhook: secret: %w", err)
-	}
+	signer := newSigner(cfg.Secret)
 	static := make(http.Header, len(cfg.Headers)+2)
 	for name, value := range cfg.Headers {
 		static.Set(name, value)
@@ -244,10 +239,7 @@ func (p *Publisher) post(ctx context.Context, msgs []*outboxtype.Message, bodies
 func (p *Publisher) postOne(ctx context.Context, m *outboxtype.Message, body []byte) publish.Result {
 	key := m.StableKey()
 	sentAt := p.now()
-	signature, err := p.signer.Sign(key, sentAt, body)
-	if err != nil {
-		return publish.Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("webhook: sign: %w", err))
-	}
+	signature := p.signer.Sign(key, sentAt, body)
 	header := p.header(m, key, sentAt, signature)
 
 	reqCtx, cancel := context.WithTimeout(ctx, p.timeout)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
@@ -99,4 +100,27 @@ func TestEventBridgeTargetNeedsABulkBacklogAlone(t *testing.T) {
 			t.Errorf("%+v: %v", cfg, err)
 		}
 	}
+}
+
+// TestInvocationDrainAtTheShare drains a small backlog with one invocation
+// capped at the template's memory: everything arrives, the answer's
+// batches add up, and the report says whether the cap held. It checks
+// counts, never speed.
+func TestInvocationDrainAtTheShare(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	res, err := deploybench.InvocationDrain(t.Context(), deploybench.DrainConfig{
+		DatabaseURL: db.URL, DispatchBinary: lambdatest.Build(t, "dispatch"), Backlog: 1200,
+		CPU: lambdaemu.CPUShare{Mode: lambdaemu.CPULambdaShare},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Delivered != 1200 || res.Batches < 3 || res.Took <= 0 || res.MemoryMB != deploybench.TemplateMemoryMB {
+		t.Errorf("drain: %+v", res)
+	}
+	if res.CPUShare.Enabled != (res.CPUShare.Reason == "") {
+		t.Errorf("the share status is inconsistent: %+v", res.CPUShare)
+	}
+	t.Log(res)
 }

@@ -18,6 +18,14 @@
 // ReservedConcurrency and Async set the deployment's knobs beyond the
 // template's defaults.
 //
+// InvocationDrain asks a fourth question: what one warm invocation alone
+// (no schedule, fan-out or linger) drains, optionally at the CPU share
+// Lambda gives its memory (lambdaemu.CPULambdaShare), with the bootstrap's
+// CPU per message; ReadTemplate reads the memory size and
+// DispatchMaxWorkers from template.yaml. make bench-deployment prints it
+// unconstrained and at the share; make bench-lambda-share compares it with
+// the bare-SQL floor; BenchmarkInvocationDrain gives it per target.
+//
 // Run reads no flags and fails on nothing slow: it is called by
 // cmd/deploybench (make bench-deployment) and can be called by the
 // benchmark comparison in bench/, which requires this module.

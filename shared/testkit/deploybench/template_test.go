@@ -74,3 +74,16 @@ func TestTemplateDefaultsMirrorTheTemplate(t *testing.T) {
 		t.Errorf("DispatchMaxWorkers default %q, deploybench reserves %s", param("DispatchMaxWorkers"), want)
 	}
 }
+
+// ReadTemplate is how the share benchmarks learn the deployment's memory
+// and workers: it must read what the template says.
+func TestReadTemplateReadsTheDispatchFunction(t *testing.T) {
+	t.Parallel()
+	f, err := deploybench.ReadTemplate("../../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.DispatchMemoryMB != deploybench.TemplateMemoryMB || f.DispatchMaxWorkers != deploybench.TemplateMaxWorkers {
+		t.Errorf("ReadTemplate: %+v, want %d MB and %d workers", f, deploybench.TemplateMemoryMB, deploybench.TemplateMaxWorkers)
+	}
+}

@@ -70,11 +70,18 @@
 //
 // # What is not
 //
-//   - CPU and memory: every process shares this machine's cores, and
-//     MemoryMB is not enforced (it is passed to the function, used for
-//     GB-seconds, and the peak resident memory is recorded). Lambda gives
-//     a 256 MB function a fraction of a vCPU; here it may get a whole core,
-//     or compete with PostgreSQL for it.
+//   - Memory: MemoryMB is not enforced (it is passed to the function, used
+//     for GB-seconds, and the peak resident memory is recorded).
+//   - CPU, by default: every process shares this machine's cores, where
+//     Lambda gives a 256 MB function a fraction of a vCPU. With
+//     [Options.CPU] set to [CPULambdaShare] each environment runs in its
+//     own cgroup v1 CPU group with a CFS quota of MemoryMB ÷ 1,769 MB of
+//     every 100 ms period (256 MB: 14,471 µs), as Lambda shares CPU; the
+//     groups are removed at Close, [Emulator.CPUStat] reads their
+//     throttling, and [Emulator.CPUShareStatus] says whether the cap is on
+//     (it needs root and the cgroup v1 CPU controller; without them the
+//     emulator runs unlimited and says why). Even capped, an environment
+//     may wait for a core that PostgreSQL or another environment holds.
 //   - Network: every call is on loopback, without Lambda's or a VPC's
 //     latency; the Invoke API adds no service-side latency to an
 //     invocation beyond its own HTTP round trip.

@@ -42,6 +42,9 @@ type Options struct {
 	// DiscardLogs keeps no lines for Logs: for long runs that count what
 	// they need through OnLog.
 	DiscardLogs bool
+	// CPU caps each execution environment's CPU (default unlimited);
+	// see CPUShare and Emulator.CPUShareStatus.
+	CPU CPUShare
 }
 
 // Emulator is a local Lambda service: functions, their execution
@@ -49,6 +52,7 @@ type Options struct {
 // schedules and fault injection. Close ends everything it started.
 type Emulator struct {
 	opts     Options
+	cpu      CPUShareStatus
 	server   *http.Server
 	endpoint string
 
@@ -75,13 +79,21 @@ func New(opts Options) (*Emulator, error) {
 	if opts.AccountConcurrency < 1 {
 		return nil, fmt.Errorf("lambdaemu: AccountConcurrency must be positive, got %d", opts.AccountConcurrency)
 	}
+	cpu, err := setUpCPUShare(opts.CPU)
+	if err != nil {
+		return nil, err
+	}
+	if opts.CPU.Mode != CPUUnlimited && opts.Logf != nil {
+		opts.Logf("lambdaemu: %s", cpu)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		cpu.removeDir()
 		return nil, fmt.Errorf("lambdaemu: listen for the Invoke API: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Emulator{
-		opts: opts, endpoint: "http://" + l.Addr().String(),
+		opts: opts, cpu: cpu, endpoint: "http://" + l.Addr().String(),
 		ctx: ctx, cancel: cancel, functions: map[string]*function{},
 	}
 	e.server = &http.Server{Handler: http.HandlerFunc(e.serveInvokeAPI), ReadHeaderTimeout: 10 * time.Second}
@@ -133,6 +145,9 @@ func (e *Emulator) Close() {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e.server.Shutdown(shutdownCtx)
+	if err := e.cpu.removeDir(); err != nil {
+		e.logf("lambdaemu: remove the CPU group %s: %v", e.cpu.Dir, err)
+	}
 }
 
 func (e *Emulator) logf(format string, args ...any) {

@@ -38,6 +38,9 @@ type environment struct {
 	// other goroutine than the one running its first invocation.
 	proc           *lambdatest.Function
 	stdout, stderr *lineWriter
+	// cpu is the environment's CPU group when the emulator caps CPU; set
+	// by launch, then guarded by the function's observations lock.
+	cpu *cpuGroup
 
 	// Guarded by Emulator.mu.
 	state environmentState
@@ -78,6 +81,14 @@ func (env *environment) launch() error {
 		return fmt.Errorf("lambdaemu: start an environment of %s: %w", cfg.Name, err)
 	}
 	env.proc = proc
+	if st := env.emu.cpu; st.Enabled {
+		g, err := newCPUGroup(st, cfg.Name, env.id, cfg.MemoryMB, proc.PID())
+		if err != nil {
+			proc.Stop()
+			return err
+		}
+		env.cpu = g
+	}
 	env.fn.obs.count(func(s *Stats) { s.EnvironmentsStarted++ })
 	env.emu.logf("lambdaemu: %s: environment %d started (pid %d)", cfg.Name, env.id, proc.PID())
 	return nil
@@ -117,6 +128,7 @@ func (env *environment) end(stop func()) {
 		if env.proc != nil {
 			stop()
 		}
+		env.releaseCPUGroup()
 		if env.stdout != nil {
 			env.stdout.flush()
 			env.stderr.flush()
@@ -139,6 +151,27 @@ func (env *environment) maxMemoryUsedMB() int {
 		}
 	}
 	return 0
+}
+
+// processCPU reads the process's user and system CPU time so far
+// (/proc/<pid>/stat, in USER_HZ ticks, 100 a second on Linux).
+func (env *environment) processCPU() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", env.proc.PID()))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: fields count from after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100)
 }
 
 func (env *environment) newLineWriter(stream string) *lineWriter {

@@ -15,9 +15,11 @@ import (
 
 // probeAnswer is the probe function's response (internal/probe).
 type probeAnswer struct {
-	PID         int    `json:"pid"`
-	Invocations int64  `json:"invocations"`
-	RequestID   string `json:"request_id"`
+	PID         int     `json:"pid"`
+	Invocations int64   `json:"invocations"`
+	RequestID   string  `json:"request_id"`
+	SpunCPUMS   float64 `json:"spun_cpu_ms"`
+	SpunWallMS  float64 `json:"spun_wall_ms"`
 	Invoked     *struct {
 		StatusCode    int32           `json:"status_code"`
 		FunctionError string          `json:"function_error"`

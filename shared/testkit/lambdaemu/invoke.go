@@ -74,6 +74,7 @@ func (e *Emulator) run(f *function, env *environment, cold bool, req request, in
 	deadline := inv.InvokeStart.Add(cfg.Timeout)
 	ctx, cancel := context.WithDeadline(e.ctx, deadline)
 	env.invoking.Store(&id)
+	cpu0 := env.processCPU()
 	resp, err := env.proc.InvokeRequest(ctx, lambdatest.Request{ID: req.id, Payload: req.payload, Deadline: deadline})
 	env.invoking.Store(nil)
 	cancel()
@@ -103,6 +104,7 @@ func (e *Emulator) run(f *function, env *environment, cold bool, req request, in
 		return false
 	}
 	inv.MaxMemoryUsedMB = env.maxMemoryUsedMB()
+	inv.CPU = env.processCPU() - cpu0
 	return true
 }
 

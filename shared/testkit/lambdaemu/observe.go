@@ -87,6 +87,10 @@ type Invocation struct {
 	// MaxMemoryUsedMB is the process's peak resident memory (VmHWM) when
 	// the invocation ended, as Lambda's REPORT line gives it.
 	MaxMemoryUsedMB int
+	// CPU is the CPU time (user and system) the environment's process
+	// spent in a successful invoke phase, in the kernel's 10 ms ticks:
+	// what a drain costs per message, with or without a CPU share.
+	CPU time.Duration
 }
 
 // Duration is the invoke phase's duration, what Lambda bills after the
@@ -159,6 +163,9 @@ type Stats struct {
 	// rounded up to the millisecond; GBSeconds weighs it by MemoryMB.
 	BilledDuration time.Duration
 	GBSeconds      float64
+	// CPU sums the cpu.stat counters of the ended environments when the
+	// emulator caps CPU (Emulator.CPUStat adds the live ones).
+	CPU CPUStat
 }
 
 // Count is the invocations of type t that ended with o.

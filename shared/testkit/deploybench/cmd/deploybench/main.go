@@ -7,6 +7,10 @@
 //
 //	go run ./shared/testkit/deploybench/cmd/deploybench [-rate 1000] [-duration 60s] [-compression 1] …
 //	go run ./shared/testkit/deploybench/cmd/deploybench -rate 0 -duration 1s -backlog 200000 -bulk-backlog -target eventbridge -stop-when-drained
+//
+// After the run it drains -invocation-drain messages with one invocation,
+// unconstrained and at the CPU share Lambda gives the template's
+// MemorySize (a cgroup; root only, else it says it ran unconstrained).
 package main
 
 import (
@@ -21,6 +25,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 	"github.com/outboxkit/dispatcher/shared/testkit/workload"
@@ -32,6 +37,8 @@ func main() {
 		env      string
 		jsonPath string
 		server   string
+		drain    int
+		tplPath  string
 	)
 	flag.Float64Var(&cfg.Rate, "rate", 1000, "offered messages per second (0: none)")
 	flag.IntVar(&cfg.MessagesPerTx, "tx", 5, "messages per producer transaction")
@@ -49,6 +56,8 @@ func main() {
 	flag.StringVar(&env, "env", "", "extra dispatch function variables, KEY=VALUE,KEY=VALUE (override the template's)")
 	flag.StringVar(&server, "database-url", pgtest.URL(), "PostgreSQL superuser URL (it creates and drops a scratch database)")
 	flag.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
+	flag.IntVar(&drain, "invocation-drain", 20000, "after the run, drain this backlog with one invocation, unconstrained and at the template's memory's CPU share, and print both (0: skip)")
+	flag.StringVar(&tplPath, "template", "template.yaml", "the SAM template whose dispatch MemorySize the capped drain uses")
 	flag.Parse()
 	if env != "" {
 		cfg.FunctionEnv = strings.Split(env, ",")
@@ -60,6 +69,46 @@ func main() {
 	if err := run(ctx, cfg, server, jsonPath); err != nil {
 		log.Fatal(err)
 	}
+	if drain > 0 {
+		if err := invocationDrains(ctx, server, tplPath, drain); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// invocationDrains prints one invocation's drain of a backlog without a
+// CPU cap and at the template's memory size's share of a CPU, as Lambda
+// gives it: the unconstrained figure is this machine's, the capped one the
+// deployment's.
+func invocationDrains(ctx context.Context, server, tplPath string, backlog int) error {
+	tpl, err := deploybench.ReadTemplate(tplPath)
+	if err != nil {
+		return err
+	}
+	binary, err := lambdatest.BuildBinary("dispatch")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nper-invocation drain of %d messages to an EventBridge endpoint answering at once (template MemorySize %d MB):\n", backlog, tpl.DispatchMemoryMB)
+	for _, mode := range []lambdaemu.CPUShareMode{lambdaemu.CPUUnlimited, lambdaemu.CPULambdaShare} {
+		db, err := workload.CreateDatabase(ctx, server, "outbox_deploybench")
+		if err != nil {
+			return err
+		}
+		res, err := deploybench.InvocationDrain(ctx, deploybench.DrainConfig{
+			DatabaseURL: db.URL, DispatchBinary: binary, Backlog: backlog, MemoryMB: tpl.DispatchMemoryMB,
+			CPU: lambdaemu.CPUShare{Mode: mode},
+		})
+		db.Drop()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %s\n", res)
+		if mode != lambdaemu.CPUUnlimited && !res.CPUShare.Enabled {
+			fmt.Printf("  (not capped: %s)\n", res.CPUShare)
+		}
+	}
+	return nil
 }
 
 func run(ctx context.Context, cfg deploybench.Config, server, jsonPath string) error {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -22,14 +23,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 )
 
-// Event says what the probe does, in this order: print, sleep, invoke,
-// fail, exit.
+// Event says what the probe does, in this order: print, sleep, spin,
+// invoke, fail, exit.
 type Event struct {
 	Print   []string `json:"print,omitempty"`
 	SleepMS int      `json:"sleep_ms,omitempty"`
-	Invoke  *Call    `json:"invoke,omitempty"`
-	Fail    string   `json:"fail,omitempty"`
-	Exit    *int     `json:"exit,omitempty"`
+	// SpinCPUMS burns this much of the process's CPU time in a busy loop
+	// (CPU time, not wall time: under a CPU cap it takes longer).
+	SpinCPUMS int    `json:"spin_cpu_ms,omitempty"`
+	Invoke    *Call  `json:"invoke,omitempty"`
+	Fail      string `json:"fail,omitempty"`
+	Exit      *int   `json:"exit,omitempty"`
 }
 
 // Call is an Invoke of another function.
@@ -44,6 +48,9 @@ type Answer struct {
 	PID         int    `json:"pid"`
 	Invocations int64  `json:"invocations"`
 	RequestID   string `json:"request_id"`
+	// SpunCPUMS and SpunWallMS are the CPU and wall time the spin took.
+	SpunCPUMS  float64 `json:"spun_cpu_ms,omitempty"`
+	SpunWallMS float64 `json:"spun_wall_ms,omitempty"`
 	// Invoked is the answer to Event.Invoke.
 	Invoked *Invoked `json:"invoked,omitempty"`
 }
@@ -72,6 +79,9 @@ func handle(ctx context.Context, ev Event) (Answer, error) {
 	if ev.SleepMS > 0 {
 		time.Sleep(time.Duration(ev.SleepMS) * time.Millisecond)
 	}
+	if ev.SpinCPUMS > 0 {
+		a.SpunCPUMS, a.SpunWallMS = spin(time.Duration(ev.SpinCPUMS) * time.Millisecond)
+	}
 	if c := ev.Invoke; c != nil {
 		in := &awslambda.InvokeInput{FunctionName: aws.String(c.Function), Payload: c.Payload}
 		if c.Type == "Event" {
@@ -95,6 +105,27 @@ func handle(ctx context.Context, ev Event) (Answer, error) {
 		os.Exit(*ev.Exit)
 	}
 	return a, nil
+}
+
+// spin burns budget of the process's CPU time.
+func spin(budget time.Duration) (cpuMS, wallMS float64) {
+	start, cpu0 := time.Now(), cpuTime()
+	x := uint64(1)
+	for cpuTime()-cpu0 < budget {
+		for i := 0; i < 10000; i++ {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	sink.Store(x)
+	return float64(cpuTime()-cpu0) / 1e6, float64(time.Since(start)) / 1e6
+}
+
+var sink atomic.Uint64
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func main() {

@@ -1,0 +1,79 @@
+// Command lambdashare is `make bench-lambda-share`: the 2-client bare-SQL
+// floor and one dispatch bootstrap at the CPU share Lambda gives the
+// template's memory size, draining a backlog to EventBridge and to a
+// webhook (package bench/internal/lambdashare). Its last line ends
+// "ratio R": one invocation's EventBridge rate × DispatchMaxWorkers ÷
+// the floor.
+//
+//	go run ./cmd/lambdashare              # from bench/: a throwaway cluster, autovacuum on
+//	go run ./cmd/lambdashare -host        # the server -database-url names instead
+//
+// The throwaway cluster (shared/localpg, under $TMPDIR) runs PostgreSQL's
+// defaults, autovacuum on and fsync on, as a managed server does; it is
+// stopped and removed at the end. Capping the bootstrap needs root and the
+// cgroup v1 CPU controller; without them it runs unconstrained and says so.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/outboxkit/dispatcher/bench/internal/lambdashare"
+	"github.com/outboxkit/dispatcher/bench/internal/scratch"
+	"github.com/outboxkit/dispatcher/shared/localpg"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "lambdashare:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		dbURL = scratch.URLFlag()
+		host  = flag.Bool("host", false, "run on the server -database-url names instead of a throwaway cluster with autovacuum on")
+		opts  lambdashare.Options
+	)
+	flag.StringVar(&opts.Template, "template", "../template.yaml", "the SAM template to read the dispatch MemorySize and DispatchMaxWorkers from")
+	flag.IntVar(&opts.FloorMessages, "floor-messages", 200000, "messages the floor drains")
+	flag.IntVar(&opts.FloorRounds, "floor-rounds", 3, "floor rounds; the best counts")
+	flag.IntVar(&opts.Backlog, "backlog", 100000, "messages the invocation drains")
+	flag.Parse()
+	opts.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	url := *dbURL
+	if !*host {
+		dir, err := os.MkdirTemp("", "outbox-lambda-share-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintf(os.Stderr, "starting a throwaway cluster in %s (autovacuum on, fsync on; -host: use %s)\n", dir, *dbURL)
+		c, err := localpg.Start(ctx, localpg.Options{Dir: dir, Durable: true, Settings: []string{"autovacuum=on"}})
+		if err != nil {
+			return err
+		}
+		defer c.StopImmediate(context.Background())
+		url = c.URL
+	}
+	srv := &scratch.Server{AdminURL: url}
+	if err := srv.Check(ctx); err != nil {
+		return err
+	}
+	began := time.Now()
+	res, err := lambdashare.Run(ctx, srv, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "measured in %s\n", time.Since(began).Round(time.Second))
+	res.Print(os.Stdout)
+	return nil
+}
