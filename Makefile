@@ -102,7 +102,7 @@ bench-compare: ## Compare with River, watermill-sql and the bare-SQL floor; rewr
 	cd bench && BENCH_MAKE_STARTED=$$(date +%s) $(GO) run ./cmd/compare $(if $(QUICK),-quick)
 
 .PHONY: bench-lambda-share
-bench-lambda-share: ## The 2-client SQL floor beside one dispatch bootstrap at Lambda's CPU share for the template's MemorySize (a cgroup; root), draining to EventBridge and a webhook; last line "... ratio R" (R = rate x DispatchMaxWorkers / floor). A throwaway cluster with autovacuum on (ARGS=-host: $OUTBOX_TEST_DATABASE_URL's server)
+bench-lambda-share: ## The 2-client SQL floor beside one dispatch bootstrap at Lambda's CPU share for the template's MemorySize (a cgroup; root), draining to EventBridge and a webhook; last line "... ratio R" (R = rate x DispatchMaxWorkers / floor). A throwaway cluster with autovacuum on (ARGS="-cluster host": $OUTBOX_TEST_DATABASE_URL's server)
 	cd bench && $(GO) run ./cmd/lambdashare $(ARGS)
 
 .PHONY: bench-deployment

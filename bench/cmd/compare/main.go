@@ -85,7 +85,7 @@ func run() error {
 	if cfg.Quick {
 		shareOpts.FloorMessages, shareOpts.Backlog = 20000, 20000
 	}
-	share, err := lambdashare.Run(ctx, &scratch.Server{AdminURL: *dbURL}, shareOpts)
+	share, err := lambdashare.Run(ctx, srv, shareOpts)
 	if err != nil {
 		return err
 	}

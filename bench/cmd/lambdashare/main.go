@@ -5,12 +5,12 @@
 // "ratio R": one invocation's EventBridge rate × DispatchMaxWorkers ÷
 // the floor.
 //
-//	go run ./cmd/lambdashare              # from bench/: a throwaway cluster, autovacuum on
-//	go run ./cmd/lambdashare -host        # the server -database-url names instead
+//	go run ./cmd/lambdashare                # from bench/: a throwaway cluster, autovacuum on
+//	go run ./cmd/lambdashare -cluster host  # the server -database-url names instead
 //
-// The throwaway cluster (shared/localpg, under $TMPDIR) runs PostgreSQL's
-// defaults, autovacuum on and fsync on, as a managed server does; it is
-// stopped and removed at the end. Capping the bootstrap needs root and the
+// The throwaway cluster is every benchmark's (internal/scratch): autovacuum
+// on, durable, a managed server's settings; it is stopped and removed at
+// the end. Capping the bootstrap needs root and the
 // cgroup v1 CPU controller; without them it runs unconstrained and says so.
 package main
 
@@ -24,7 +24,6 @@ import (
 
 	"github.com/outboxkit/dispatcher/bench/internal/lambdashare"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
-	"github.com/outboxkit/dispatcher/shared/localpg"
 )
 
 func main() {
@@ -36,9 +35,8 @@ func main() {
 
 func run() error {
 	var (
-		dbURL = scratch.URLFlag()
-		host  = flag.Bool("host", false, "run on the server -database-url names instead of a throwaway cluster with autovacuum on")
-		opts  lambdashare.Options
+		server = scratch.TargetFlags()
+		opts   lambdashare.Options
 	)
 	flag.StringVar(&opts.Template, "template", "../template.yaml", "the SAM template to read the dispatch MemorySize and DispatchMaxWorkers from")
 	flag.IntVar(&opts.FloorMessages, "floor-messages", 200000, "messages the floor drains")
@@ -49,25 +47,12 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	url := *dbURL
-	if !*host {
-		dir, err := os.MkdirTemp("", "outbox-lambda-share-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		fmt.Fprintf(os.Stderr, "starting a throwaway cluster in %s (autovacuum on, fsync on; -host: use %s)\n", dir, *dbURL)
-		c, err := localpg.Start(ctx, localpg.Options{Dir: dir, Durable: true, Settings: []string{"autovacuum=on"}})
-		if err != nil {
-			return err
-		}
-		defer c.StopImmediate(context.Background())
-		url = c.URL
-	}
-	srv := &scratch.Server{AdminURL: url}
-	if err := srv.Check(ctx); err != nil {
+	srv, stopCluster, err := server.Open(ctx)
+	if err != nil {
 		return err
 	}
+	defer stopCluster()
+	fmt.Fprintln(os.Stderr, server.Describe())
 	began := time.Now()
 	res, err := lambdashare.Run(ctx, srv, opts)
 	if err != nil {
