@@ -902,25 +902,18 @@ func TestSamconfigDeploysTheTemplate(t *testing.T) {
 	}
 }
 
-// The README's deployment section names every parameter of the template.
-func TestREADMEDocumentsEveryParameter(t *testing.T) {
+// docs/DEPLOYING.md names every parameter of the template: the deployer
+// reads what to give there.
+func TestDeployingDocumentsEveryParameter(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile("../docs/DEPLOYING.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(raw)
-	start := strings.Index(readme, "## Deploying with SAM")
-	if start < 0 {
-		t.Fatal("README.md has no Deploying with SAM section")
-	}
-	section := readme[start:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
+	doc := string(raw)
 	for _, p := range load(t).get("Parameters").keys() {
-		if !strings.Contains(section, "`"+p+"`") {
-			t.Errorf("README.md's Deploying with SAM section does not mention the parameter `%s`", p)
+		if !strings.Contains(doc, "`"+p+"`") {
+			t.Errorf("docs/DEPLOYING.md does not mention the parameter `%s`", p)
 		}
 	}
 }
@@ -982,7 +975,7 @@ func TestFanOutIsBoundedByReservedConcurrencyAndScopedToItself(t *testing.T) {
 		t.Error("linger and listen are not on by default")
 	}
 	if timeout, schedule := params.get("DispatchTimeout", "Default").str(), params.get("DispatchSchedule", "Default").str(); timeout != "75" || schedule != "rate(1 minute)" {
-		t.Errorf("DispatchTimeout %s s with %s: the defaults no longer overlap as the README says", timeout, schedule)
+		t.Errorf("DispatchTimeout %s s with %s: the defaults no longer overlap as docs/DEPLOYING.md says", timeout, schedule)
 	}
 	if min := params.get("DispatchMaxWorkers", "MinValue").str(); min != "2" {
 		t.Errorf("DispatchMaxWorkers MinValue %s, want 2: a lingering invocation and the next tick's run at once", min)

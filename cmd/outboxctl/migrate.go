@@ -28,7 +28,7 @@ connect; statements may run for up to an hour unless
 OUTBOX_DB_STATEMENT_TIMEOUT says otherwise. The user must own schema outbox
 (the first migration creates it, and the roles). Inside a VPC with no
 laptop on the database network, the stack's migrate function runs the same
-migrations on deploy (see the README).
+migrations on deploy (see docs/DEPLOYING.md).
 
 Migrations create schema outbox, its functions and the NOLOGIN roles
 outbox_producer, outbox_dispatcher, outbox_operator and outbox_reader. Applied

@@ -25,7 +25,7 @@ the database variables, the AWS SDK's own settings) and can run next to it:
 both claim with the same leases.
 
 It listens on channel outbox_pending, which a trigger on outbox.pending
-(migration 00004) notifies at every producer commit, waits --debounce for
+(pending_notify) notifies at every producer commit, waits --debounce for
 the burst to end, and claims batch after batch until the queue is drained.
 It also polls every --poll-interval, for notifications that were lost and
 retries that became due, and runs the reaper every --reaper-interval.

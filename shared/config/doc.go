@@ -60,7 +60,7 @@
 //
 // # Documentation cannot drift
 //
-// The README's configuration reference is generated from Variables and
+// docs/CONFIGURATION.md's settings reference is generated from Variables and
 // checked by a test; another test parses the module and fails when an
 // OUTBOX_* variable is read outside this package and dispatchconfig, or in
 // both (the test harness's OUTBOX_TEST_* variables are read by

@@ -111,20 +111,11 @@ func MemoryLimit(env Env) int64 {
 }
 
 // FunctionGCPercent is the collector's pace inside a function (GOGC): the
-// heap may grow to five times what is live between collections, not
-// twice. A function's memory is billed whether it is used or not, and the
+// heap may grow to five times what is live between collections, not twice,
+// because a function's memory is billed whether it is used or not and the
 // soft limit (MemoryLimit, or the deployer's GOMEMLIMIT) brings the
-// collections back as the heap nears it; in between, the collector runs a
-// quarter as often. The dispatch bootstrap draining 20,000 messages in
-// batches of 1,000 (BenchmarkDispatchDrain, GODEBUG=gctrace=1) collected
-// 7 times instead of 23, the collector's share of its CPU about 3%
-// instead of 7%, and peaked at about 94 MiB of the template's 256 MB
-// instead of 58.
-// Where the dispatcher shares its cores with PostgreSQL, as in the
-// benchmarks, the collector's background work took those cores from the
-// database: the engine's burn-down reached 0.99 of the bare-SQL floor on
-// two connections instead of 0.90 (cd bench && go run ./cmd/floor -clients
-// 2, GOGC=100 and 400 alternating, three rounds each).
+// collections back as the heap nears it. The figures behind the choice are
+// in docs/PERFORMANCE.md ("The functions' runtime").
 const FunctionGCPercent = 400
 
 // GCPercent is the pace a function's collector should run at

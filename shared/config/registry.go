@@ -249,7 +249,7 @@ func mustLookup(name string) Variable {
 	return v
 }
 
-// MarkdownReference renders Variables as the Markdown table the README
+// MarkdownReference renders Variables as the Markdown table docs/CONFIGURATION.md
 // carries; a test keeps the two equal.
 func MarkdownReference() string {
 	var b strings.Builder

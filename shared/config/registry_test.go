@@ -21,10 +21,10 @@ import (
 )
 
 // readmeBlock returns the text between <!-- name:begin --> and
-// <!-- name:end --> in the README.
-func readmeBlock(t *testing.T, name string) string {
+// <!-- name:end --> in docs/CONFIGURATION.md.
+func referenceBlock(t *testing.T, name string) string {
 	t.Helper()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/CONFIGURATION.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,16 +32,16 @@ func readmeBlock(t *testing.T, name string) string {
 	i := strings.Index(string(raw), begin)
 	j := strings.Index(string(raw), end)
 	if i < 0 || j < i {
-		t.Fatalf("README.md has no %s block", name)
+		t.Fatalf("docs/CONFIGURATION.md has no %s block", name)
 	}
 	return string(raw)[i+len(begin) : j]
 }
 
-func TestREADMEConfigurationReferenceMatchesTheRegistry(t *testing.T) {
+func TestConfigurationReferenceMatchesTheRegistry(t *testing.T) {
 	t.Parallel()
 	want := config.MarkdownReference()
-	if got := readmeBlock(t, "settings"); got != want {
-		t.Errorf("README.md's configuration reference is out of date; between the settings markers it should read:\n\n%s", want)
+	if got := referenceBlock(t, "settings"); got != want {
+		t.Errorf("docs/CONFIGURATION.md's settings reference is out of date; between the settings markers it should read:\n\n%s", want)
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 
 // The operator console's store side: what is pending and why, retrying
 // messages now, purging old dead letters, pausing namespaces and topics.
-// Each is one call of a database function (migration 7), which refuses
-// what it must whoever calls it; the actions are audited there.
+// Each is one call of a database function (migrations/functions/), which
+// refuses what it must whoever calls it; the actions are audited there.
 
 // Where a pending message stands, as PendingMessage.State says.
 const (

@@ -963,7 +963,7 @@ func claimOf100ReadingTuples(ctx context.Context, t *testing.T, pool *pgxpool.Po
 
 // A claim of ordered runs writes one row per run, not one per message: the
 // head is leased for its run, and the messages behind it are read. 40 keys
-// of 25 in a claim of 1,000 update 40 rows (migration 8 updated 1,000); the
+// of 25 in a claim of 1,000 update 40 rows (leasing each message updated 1,000); the
 // claim still hands out all 1,000 under its token, with the attempt each
 // will be charged.
 func TestAClaimOfRunsWritesOnlyTheirHeads(t *testing.T) {

@@ -116,12 +116,11 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 		out = append(out, outboxtype.Message{})
 		m := &out[len(out)-1]
 		// The payload is scanned as raw bytes: scanning jsonb into a
-		// json.RawMessage would run json.Unmarshal over every payload, about
-		// half of a dispatcher's CPU, to copy what PostgreSQL already
-		// guarantees is valid JSON. The ids are scanned as the 16 bytes they
-		// are: as a uuid.UUID, pgx would use its sql.Scanner, formatting
-		// each id as text for uuid.Parse to read back (8% of a dispatcher's
-		// CPU on batches of 1,000).
+		// json.RawMessage would run json.Unmarshal over every payload to copy
+		// what PostgreSQL already guarantees is valid JSON. The ids are
+		// scanned as the 16 bytes they are: as a uuid.UUID, pgx would format
+		// each as text for uuid.Parse to read back. docs/PERFORMANCE.md has
+		// what each cost.
 		if err := rows.Scan((*[16]byte)(&m.ID), &namespace, &topic, &tenant, &dedupe, &ordering, &sequence,
 			&payload, &headers, &trace, &m.Attempt, (*[16]byte)(&m.LeaseToken), &m.LeaseExpiresAt, &m.CreatedAt,
 			&m.PayloadBytes); err != nil {

@@ -26,7 +26,7 @@ const (
 	CodeInvalidMessage  Code = "INVALID_MESSAGE"   // the stored message cannot be decoded (e.g. a header that is not a string); never sent
 )
 
-// Codes lists every code, for documentation and tools; the README's error
+// Codes lists every code, for documentation and tools; docs/CONFIGURATION.md's error
 // table is checked against it.
 var Codes = []Code{
 	CodeThrottled, CodeTimeout, CodeNetwork, CodeTarget5xx, CodeCanceled,

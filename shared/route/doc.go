@@ -15,7 +15,7 @@
 //
 // routes.schema.json (JSON Schema draft 2020-12) is the reference: every
 // field with its description, type, default and the rules on its value.
-// Parse validates against it (the README's routes reference is generated
+// Parse validates against it (docs/CONFIGURATION.md's routes table is generated
 // from it, and editors can use it) and adds only what a schema cannot say:
 // two routes with the same patterns or name, retry.max_attempts above the
 // attempt ceiling (Options), max_delay below base_delay, a timeout of 0 or

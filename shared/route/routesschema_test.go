@@ -17,7 +17,7 @@ import (
 )
 
 // fieldDoc is one field of the routes schema as the references (the
-// README's table, doc.go's) present it.
+// docs/CONFIGURATION.md's table, doc.go's) present it.
 type fieldDoc struct {
 	// Path is the field's path: "routes[].target.topic_arn".
 	Path string
@@ -365,7 +365,7 @@ func TestFieldsRequiredAndDefaultsAreTrue(t *testing.T) {
 	}
 }
 
-// markdownReference renders the schema's fields as the README's table.
+// markdownReference renders the schema's fields as docs/CONFIGURATION.md's table.
 func markdownReference(t *testing.T) string {
 	var b strings.Builder
 	b.WriteString("| field | type | required / default | target | valid values | meaning |\n")
@@ -388,19 +388,19 @@ func cell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
-func TestREADMEReferenceMatchesTheSchema(t *testing.T) {
+func TestConfigurationReferenceMatchesTheSchema(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/CONFIGURATION.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const begin, end = "<!-- routes:begin -->\n", "<!-- routes:end -->"
 	i, j := strings.Index(string(raw), begin), strings.Index(string(raw), end)
 	if i < 0 || j < i {
-		t.Fatal("README.md has no routes reference block")
+		t.Fatal("docs/CONFIGURATION.md has no routes reference block")
 	}
 	if got, want := string(raw)[i+len(begin):j], markdownReference(t); got != want {
-		t.Errorf("README.md's routes reference is out of date; between the routes markers it should read:\n\n%s", want)
+		t.Errorf("docs/CONFIGURATION.md's routes reference is out of date; between the routes markers it should read:\n\n%s", want)
 	}
 }
 

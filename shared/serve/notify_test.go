@@ -38,7 +38,7 @@ func notifications(t *testing.T, conn *pgx.Conn, quiet time.Duration) int {
 	}
 }
 
-// The trigger of migration 00004 costs a producer one notification per
+// The pending_notify trigger costs a producer one notification per
 // transaction that inserts into outbox.pending, however many messages it
 // enqueues, and none when it rolls back.
 func TestTriggerNotifiesOncePerTransaction(t *testing.T) {

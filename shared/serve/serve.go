@@ -4,7 +4,7 @@
 // dispatchfn.New from the same environment) and the reaper function's
 // handler, but instead of waiting for a schedule it is woken by PostgreSQL:
 //
-//	producer commit ──► trigger pending_notify (migration 00004)
+//	producer commit ──► trigger pending_notify (migrations/functions/notify_pending.sql)
 //	                      │ NOTIFY outbox_pending (one per statement, folded per transaction)
 //	                      ▼
 //	listener (own connection) ──► wake ──► debounce ──► drain: claim → publish → complete,
@@ -49,7 +49,8 @@ import (
 	"github.com/outboxkit/dispatcher/shared/wake"
 )
 
-// Channel is the notification channel of migration 00004's trigger.
+// Channel is the notification channel of the pending_notify trigger
+// (migrations/functions/notify_pending.sql).
 const Channel = wake.Channel
 
 // Defaults of Config.

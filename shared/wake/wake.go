@@ -5,7 +5,7 @@
 // (shared/dispatch, Engine.Serve) wait with it, so that the wake-up logic
 // exists once.
 //
-//	producer commit ──► trigger pending_notify (migration 00004)
+//	producer commit ──► trigger pending_notify (migrations/functions/notify_pending.sql)
 //	                      │ NOTIFY outbox_pending (one per transaction)
 //	                      ▼
 //	Listen (own connection) ──► Notify ──► one pending wake-up ──► Wait returns Notified
@@ -41,7 +41,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Channel is the notification channel of migration 00004's trigger.
+// Channel is the notification channel of the pending_notify trigger
+// (migrations/functions/notify_pending.sql).
 const Channel = "outbox_pending"
 
 // Reconnection of the listener backs off from the first delay to the last.

@@ -20,7 +20,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 )
 
-// ClaimSQL is what outbox.claim_batch (migrations/00008_lazy_ordered_claims.sql)
+// ClaimSQL is what outbox.claim_batch (migrations/functions/claim_batch.sql)
 // runs for unordered traffic, as one statement: the heads scan — unleased
 // rows that are not queued behind an earlier message of their ordering key
 // nor paused (`lease_token IS NULL AND NOT behind AND NOT paused`, the

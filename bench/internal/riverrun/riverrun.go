@@ -1,7 +1,7 @@
 // Package riverrun measures River (github.com/riverqueue/river), a
 // PostgreSQL job queue, on the comparison's workload: the jobs are inserted
 // with InsertManyFast, then one client works them with no-op workers, set up
-// as River's own benchmark sets it up (cmd/river/riverbench: 2,000 workers,
+// as River's own riverbench command sets it up (2,000 workers,
 // a 2 ms fetch cooldown and a 20 ms poll interval).
 package riverrun
 

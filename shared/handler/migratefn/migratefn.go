@@ -18,7 +18,7 @@
 //     pending.
 //
 // The database is the functions' (a URL, a Secrets Manager secret or RDS
-// IAM authentication, through shared/pgconn); its user must own schema
+// IAM authentication, through shared/dbpool); its user must own schema
 // outbox. It connects at the first invocation, not at the cold start.
 package migratefn
 

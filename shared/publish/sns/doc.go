@@ -22,10 +22,9 @@
 //
 // It also serializes PublishBatch requests itself: the same bytes as the
 // SDK's query serializer, which spent more CPU on a call of 10 than the
-// rest of the client's work on it (0.40 ms against 0.06 ms, measured with
-// BenchmarkPublishOrderedRun). A hot ordering key's calls go one after
-// another, so that time added to each of them; everywhere else it is
-// Lambda CPU. TestSerializerWritesWhatTheSDKWrites holds the two equal, so
+// rest of the client's work on it (docs/PERFORMANCE.md has the figures). A
+// hot ordering key's calls go one after another, so that time added to
+// each of them; everywhere else it is Lambda CPU. TestSerializerWritesWhatTheSDKWrites holds the two equal, so
 // an SDK upgrade that changes the wire format fails it.
 //
 // # What is sent

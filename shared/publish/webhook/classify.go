@@ -84,8 +84,8 @@ func classifyResponse(status int, header http.Header, head []byte, truncated boo
 }
 
 // retryAfter reads a Retry-After header, delta-seconds or an HTTP-date
-// (RFC 9110 §10.2.3), as a wait from now: 0 when absent, malformed or in
-// the past, and never more than backoff.MaxRetryAfter, so a bogus header
+// (RFC 9110, section 10.2.3), as a wait from now: 0 when absent, malformed
+// or in the past, and never more than backoff.MaxRetryAfter, so a bogus header
 // cannot park a message for a year.
 func retryAfter(header http.Header, now time.Time) time.Duration {
 	v := strings.TrimSpace(header.Get("Retry-After"))

@@ -360,7 +360,7 @@ var reservedHeaders = map[string]bool{
 	"X-Amzn-Trace-Id":     true,
 }
 
-// validHeaderName reports whether s is an HTTP token (RFC 9110 §5.1).
+// validHeaderName reports whether s is an HTTP token (RFC 9110, section 5.1).
 func validHeaderName(s string) bool {
 	if s == "" {
 		return false
@@ -375,7 +375,7 @@ func validHeaderName(s string) bool {
 }
 
 // validHeaderValue reports whether s may be sent as a field value: no
-// control characters but horizontal tab (RFC 9110 §5.5).
+// control characters but horizontal tab (RFC 9110, section 5.5).
 func validHeaderValue(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]

@@ -27,8 +27,9 @@
 // the bare-SQL floor; BenchmarkInvocationDrain gives it per target.
 //
 // Run reads no flags and fails on nothing slow: it is called by
-// cmd/deploybench (make bench-deployment) and can be called by the
-// benchmark comparison in bench/, which requires this module.
+// shared/testkit/deploybench/cmd/deploybench (make bench-deployment) and
+// can be called by the benchmark comparison in bench/, which requires this
+// module.
 //
 // What the figures mean, and do not: the deployment's shape (a dispatch
 // invocation per tick that lingers until its deadline less the safety

@@ -26,7 +26,8 @@ func BrokenFence() (string, error) {
 }
 
 // Deliberately broken functions, for showing that the harness catches what
-// they break (Config.Prepare with PrepareSQL, or cmd/statemachine -mutant).
+// they break (Config.Prepare with PrepareSQL, or
+// shared/testkit/statemachine/cmd/statemachine -mutant).
 // Each replaces a function of the outbox with the same signature, owner
 // and grants.
 var Mutants = map[string]string{

@@ -51,8 +51,9 @@
 // answers; leases run on the database's clock, so a replay follows the
 // failing schedule closely, though not always step for step. Run is the
 // library; the package's test runs a few seconds of it in `make test`,
-// and cmd/statemachine (make statemachine) runs it for minutes, on the
-// host's server and on a throwaway cluster with autovacuum on.
+// and shared/testkit/statemachine/cmd/statemachine (make statemachine)
+// runs it for minutes, on the host's server and on a throwaway cluster with
+// autovacuum on.
 package statemachine
 
 import (

@@ -8,16 +8,17 @@ import (
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
-// Every code an operator can meet is explained in the README's error table.
-func TestREADMEExplainsEveryCode(t *testing.T) {
+// Every code an operator can meet is explained in docs/CONFIGURATION.md's
+// error table.
+func TestTheDocsExplainEveryCode(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/CONFIGURATION.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range outboxtype.Codes {
 		if !strings.Contains(string(raw), "| `"+string(c)+"` |") {
-			t.Errorf("README.md's error table does not explain %s", c)
+			t.Errorf("docs/CONFIGURATION.md's error table does not explain %s", c)
 		}
 	}
 }
