@@ -2,6 +2,7 @@ package publish
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
@@ -43,4 +44,29 @@ func NewEnvelope(m *outboxtype.Message) Envelope {
 // EncodeEnvelope is the JSON body a plugin endpoint receives for m.
 func EncodeEnvelope(m *outboxtype.Message) ([]byte, error) {
 	return json.Marshal(NewEnvelope(m))
+}
+
+// PrepareEnvelope returns a Batcher's Prepare for the plugin publishers
+// (webhook, lambdainvoke): a message's envelope, or its terminal refusal
+// before any call when the payload or the envelope is over maxBytes. name
+// prefixes the errors ("webhook: ...").
+func PrepareEnvelope(name string, maxBytes int) func(*outboxtype.Message) ([]byte, int, *Result) {
+	refuse := func(r Result) ([]byte, int, *Result) { return nil, 0, &r }
+	tooLarge := func(size int, what string) Result {
+		return Fail(outboxtype.CodePayloadTooLarge,
+			fmt.Errorf("%s: the %s is %d bytes, over the target's cap of %d; not sent", name, what, size, maxBytes))
+	}
+	return func(m *outboxtype.Message) ([]byte, int, *Result) {
+		if len(m.Payload) > maxBytes {
+			return refuse(tooLarge(len(m.Payload), "payload"))
+		}
+		body, err := EncodeEnvelope(m)
+		if err != nil {
+			return refuse(Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("%s: encode the envelope: %w", name, err)))
+		}
+		if len(body) > maxBytes {
+			return refuse(tooLarge(len(body), "envelope"))
+		}
+		return body, len(body), nil
+	}
 }
