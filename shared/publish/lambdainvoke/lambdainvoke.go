@@ -1,6 +1,7 @@
 package lambdainvoke
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,15 +49,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	return c
 }
 
