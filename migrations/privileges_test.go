@@ -40,9 +40,11 @@ import (
 //     ordering keys of another; the dispatcher purging below the floor or
 //     erasing operators' actions.
 //
-// What the permitted side does (the owner of a namespace unaffected, a
-// revoked producer confined to nothing until the confinement is lifted, what a purge at the floor keeps, what the
-// operator log records) is in hardening_test.go.
+// What the permitted side does is in ownership_test.go and
+// namespace_grants_test.go (the owner of a namespace unaffected, a revoked
+// producer confined to nothing until the confinement is lifted) and
+// audit_test.go (what a purge at the floor keeps, what the operator log
+// records).
 
 var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_operator", "outbox_reader"}
 

@@ -80,27 +80,24 @@ the call and rolls it back: it says what --yes would do, and exits 1 when
 			if err := a.check(); err != nil {
 				return err
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			w := cmd.OutOrStdout()
-			if !a.yes {
-				return retryDryRun(cmd.Context(), w, pool, ids, a)
-			}
-			moved, err := store.RetryNow(cmd.Context(), lease.RetryRequest{MessageIDs: ids, Reason: a.reason, Operator: a.operator})
-			if err != nil {
-				return err
-			}
-			if a.asJSON {
-				return writeJSON(w, moved)
-			}
-			for _, m := range moved {
-				fmt.Fprintf(w, "retrying %s now (its next attempt was in %s), as %s: %s\n",
-					m.ID, humanAge(time.Until(m.PreviousAttemptAt)), a.operator, a.reason)
-			}
-			return nil
+			return g.withStore(cmd.Context(), func(pool *dbpool.Pool, store *lease.Store) error {
+				w := cmd.OutOrStdout()
+				if !a.yes {
+					return retryDryRun(cmd.Context(), w, pool, ids, a)
+				}
+				moved, err := store.RetryNow(cmd.Context(), lease.RetryRequest{MessageIDs: ids, Reason: a.reason, Operator: a.operator})
+				if err != nil {
+					return err
+				}
+				if a.asJSON {
+					return writeJSON(w, moved)
+				}
+				for _, m := range moved {
+					fmt.Fprintf(w, "retrying %s now (its next attempt was in %s), as %s: %s\n",
+						m.ID, humanAge(time.Until(m.PreviousAttemptAt)), a.operator, a.reason)
+				}
+				return nil
+			})
 		},
 	}
 	a.register(cmd, "retry them")
@@ -146,39 +143,36 @@ take them. Without --yes it only counts what would go.`,
 			if err := a.check(); err != nil {
 				return err
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			w := cmd.OutOrStdout()
-			if !a.yes {
-				letters, err := store.ListDead(cmd.Context(), lease.DeadFilter{Namespace: namespace, Topic: topic,
-					FailedBefore: time.Now().Add(-age), Limit: min(limit, 20)})
+			return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
+				w := cmd.OutOrStdout()
+				if !a.yes {
+					letters, err := store.ListDead(cmd.Context(), lease.DeadFilter{Namespace: namespace, Topic: topic,
+						FailedBefore: time.Now().Add(-age), Limit: min(limit, 20)})
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(w, "dry run: %s dead letter%s failed more than %s ago; %s would be purged by this call (add --yes --reason \"…\"):\n",
+						count(letters.Matched), plural(letters.Matched), olderThan, count(min(letters.Matched, limit)))
+					printDeadLetters(w, letters, time.Now())
+					if letters.Matched > len(letters.Letters) {
+						fmt.Fprintf(w, "(the oldest %d shown)\n", len(letters.Letters))
+					}
+					return nil
+				}
+				res, err := store.PurgeDead(cmd.Context(), lease.PurgeDeadRequest{OlderThan: age, Namespace: namespace, Topic: topic,
+					MaxRows: limit, Reason: a.reason, Operator: a.operator})
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(w, "dry run: %s dead letter%s failed more than %s ago; %s would be purged by this call (add --yes --reason \"…\"):\n",
-					count(letters.Matched), plural(letters.Matched), olderThan, count(min(letters.Matched, limit)))
-				printDeadLetters(w, letters, time.Now())
-				if letters.Matched > len(letters.Letters) {
-					fmt.Fprintf(w, "(the oldest %d shown)\n", len(letters.Letters))
+				if a.asJSON {
+					return writeJSON(w, res)
+				}
+				fmt.Fprintf(w, "purged %s dead letter%s older than %s, as %s: %s\n", count(res.Purged), plural(int(res.Purged)), olderThan, a.operator, a.reason)
+				if res.Remaining > 0 {
+					fmt.Fprintf(w, "%s older dead letter%s remain: run it again\n", count(res.Remaining), plural(int(res.Remaining)))
 				}
 				return nil
-			}
-			res, err := store.PurgeDead(cmd.Context(), lease.PurgeDeadRequest{OlderThan: age, Namespace: namespace, Topic: topic,
-				MaxRows: limit, Reason: a.reason, Operator: a.operator})
-			if err != nil {
-				return err
-			}
-			if a.asJSON {
-				return writeJSON(w, res)
-			}
-			fmt.Fprintf(w, "purged %s dead letter%s older than %s, as %s: %s\n", count(res.Purged), plural(int(res.Purged)), olderThan, a.operator, a.reason)
-			if res.Remaining > 0 {
-				fmt.Fprintf(w, "%s older dead letter%s remain: run it again\n", count(res.Remaining), plural(int(res.Remaining)))
-			}
-			return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&olderThan, "older-than", "", "dead letters that failed longer ago than this (at least 1d: 36h, 7d, 30d)")

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
@@ -66,20 +67,9 @@ func newDeadListCommand(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			letters, err := store.ListDead(cmd.Context(), req.Filter())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), letters)
-			}
-			printDeadLetters(cmd.OutOrStdout(), letters, time.Now())
-			return nil
+			return list(cmd, g, asJSON, func(store *lease.Store) (lease.DeadLetters, error) {
+				return store.ListDead(cmd.Context(), req.Filter())
+			}, printDeadLetters)
 		},
 	}
 	filter.register(cmd.Flags(), fmt.Sprintf("list at most this many (default %d, at most %d)", replayfn.DefaultLimit, listMaxLimit))
@@ -134,45 +124,42 @@ messages it matches.`,
 			if err != nil {
 				return err
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			id := lo
-			if lo != hi {
-				if id, err = resolveIDPrefix(cmd.Context(), store, args[0], lo, hi); err != nil {
+			return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
+				id := lo
+				if lo != hi {
+					if id, err = resolveIDPrefix(cmd.Context(), store, args[0], lo, hi); err != nil {
+						return err
+					}
+				}
+				msg, err := store.LookupMessage(cmd.Context(), id)
+				found := err == nil
+				if err != nil && !errors.Is(err, lease.ErrMessageNotFound) {
 					return err
 				}
-			}
-			msg, err := store.LookupMessage(cmd.Context(), id)
-			found := err == nil
-			if err != nil && !errors.Is(err, lease.ErrMessageNotFound) {
-				return err
-			}
-			attempts, err := store.MessageAttempts(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			if !found && len(attempts) == 0 {
-				return fmt.Errorf("no message %s: not pending, not dead, and no attempts recorded (delivered before the attempts retention, or never enqueued)", id)
-			}
-			if asJSON {
-				doc := shownMessage{Attempts: attempts}
-				if found {
-					doc.Message = &msg
+				attempts, err := store.MessageAttempts(cmd.Context(), id)
+				if err != nil {
+					return err
 				}
-				return writeJSON(cmd.OutOrStdout(), doc)
-			}
-			w := cmd.OutOrStdout()
-			if found {
-				printMessage(w, msg, time.Now())
-			} else {
-				fmt.Fprintf(w, "message %s has left the outbox (delivered, or dead and purged); its recorded attempts:\n", id)
-			}
-			fmt.Fprintln(w)
-			printAttempts(w, attempts)
-			return nil
+				if !found && len(attempts) == 0 {
+					return fmt.Errorf("no message %s: not pending, not dead, and no attempts recorded (delivered before the attempts retention, or never enqueued)", id)
+				}
+				if asJSON {
+					doc := shownMessage{Attempts: attempts}
+					if found {
+						doc.Message = &msg
+					}
+					return writeJSON(cmd.OutOrStdout(), doc)
+				}
+				w := cmd.OutOrStdout()
+				if found {
+					printMessage(w, msg, time.Now())
+				} else {
+					fmt.Fprintf(w, "message %s has left the outbox (delivered, or dead and purged); its recorded attempts:\n", id)
+				}
+				fmt.Fprintln(w)
+				printAttempts(w, attempts)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

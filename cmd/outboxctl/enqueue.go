@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/dbpool"
+	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 )
 
@@ -100,16 +101,13 @@ outbox is not inserted again, and the first message's id is printed.`,
 			if err != nil {
 				return err
 			}
-			pool, _, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			results, err := enqueueInOneTransaction(cmd.Context(), pool, msgs, where)
-			if err != nil {
-				return err
-			}
-			return printEnqueued(cmd.OutOrStdout(), results, asJSON)
+			return g.withStore(cmd.Context(), func(pool *dbpool.Pool, _ *lease.Store) error {
+				results, err := enqueueInOneTransaction(cmd.Context(), pool, msgs, where)
+				if err != nil {
+					return err
+				}
+				return printEnqueued(cmd.OutOrStdout(), results, asJSON)
+			})
 		},
 	}
 	f := cmd.Flags()

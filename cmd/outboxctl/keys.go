@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
 
@@ -43,23 +44,13 @@ WAITING counts the messages queued behind the head.`,
 			if limit < 1 || limit > 10_000 {
 				return usagef("--limit must be between 1 and 10000, got %d", limit)
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			keys, err := store.BlockedKeys(cmd.Context(), namespace, limit)
-			if err != nil {
-				return err
-			}
-			if asJSON {
+			return list(cmd, g, asJSON, func(store *lease.Store) ([]lease.BlockedKey, error) {
+				keys, err := store.BlockedKeys(cmd.Context(), namespace, limit)
 				if keys == nil {
-					keys = []lease.BlockedKey{}
+					keys = []lease.BlockedKey{} // [] in JSON, not null
 				}
-				return writeJSON(cmd.OutOrStdout(), keys)
-			}
-			printBlockedKeys(cmd.OutOrStdout(), keys, time.Now())
-			return nil
+				return keys, err
+			}, printBlockedKeys)
 		},
 	}
 	cmd.Flags().StringVar(&namespace, "namespace", "", "only keys of this namespace")
@@ -123,44 +114,41 @@ message. Without --yes, discard only says what it would remove.`,
 			if yes && reason == "" {
 				return usagef("--yes needs a --reason: it is kept in the attempts archive")
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			w := cmd.OutOrStdout()
-			if !yes {
-				for _, id := range ids {
-					m, err := store.LookupMessage(cmd.Context(), id)
-					if err != nil {
-						fmt.Fprintf(w, "%s: %v\n", id, err)
-						continue
+			return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
+				w := cmd.OutOrStdout()
+				if !yes {
+					for _, id := range ids {
+						m, err := store.LookupMessage(cmd.Context(), id)
+						if err != nil {
+							fmt.Fprintf(w, "%s: %v\n", id, err)
+							continue
+						}
+						fmt.Fprintf(w, "%s: %s %s/%s%s would be discarded\n", id, m.State, m.Namespace, m.Topic, keyNote(m))
 					}
-					fmt.Fprintf(w, "%s: %s %s/%s%s would be discarded\n", id, m.State, m.Namespace, m.Topic, keyNote(m))
+					fmt.Fprintln(w, `dry run: add --yes --reason "…" to discard`)
+					return nil
 				}
-				fmt.Fprintln(w, `dry run: add --yes --reason "…" to discard`)
+				if operator == "" {
+					operator = osUser()
+				}
+				gone, err := store.Discard(cmd.Context(), lease.DiscardRequest{MessageIDs: ids, Reason: reason, Operator: operator})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if gone == nil {
+						gone = []lease.Discarded{}
+					}
+					return writeJSON(w, gone)
+				}
+				for _, d := range gone {
+					fmt.Fprintf(w, "discarded %s (%s) as %s: %s\n", d.ID, d.From, operator, reason)
+				}
+				if missed := len(ids) - len(gone); missed > 0 {
+					fmt.Fprintf(w, "%s not discarded: unknown, already gone, or leased right now\n", count(missed))
+				}
 				return nil
-			}
-			if operator == "" {
-				operator = osUser()
-			}
-			gone, err := store.Discard(cmd.Context(), lease.DiscardRequest{MessageIDs: ids, Reason: reason, Operator: operator})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if gone == nil {
-					gone = []lease.Discarded{}
-				}
-				return writeJSON(w, gone)
-			}
-			for _, d := range gone {
-				fmt.Fprintf(w, "discarded %s (%s) as %s: %s\n", d.ID, d.From, operator, reason)
-			}
-			if missed := len(ids) - len(gone); missed > 0 {
-				fmt.Fprintf(w, "%s not discarded: unknown, already gone, or leased right now\n", count(missed))
-			}
-			return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "discard (default: a dry run that only says what would go)")

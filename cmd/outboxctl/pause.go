@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/lease"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/route"
@@ -87,26 +88,23 @@ database login and the --reason. outboxctl resume undoes it.`,
 			if err != nil {
 				return err
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			if !p.force {
-				if err := checkPauseSubject(cmd.Context(), store, configuredRoutes(g), p.namespace, p.topic); err != nil {
+			return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
+				if !p.force {
+					if err := checkPauseSubject(cmd.Context(), store, configuredRoutes(g), p.namespace, p.topic); err != nil {
+						return err
+					}
+				}
+				n, err := store.Pause(cmd.Context(), req)
+				if err != nil {
 					return err
 				}
-			}
-			n, err := store.Pause(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if p.asJSON {
-				return writeJSON(cmd.OutOrStdout(), pauseResult{Namespace: p.namespace, Topic: topicOrAll(p.topic), Paused: true, Messages: n})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "paused %s (%s pending message%s) as %s: %s\nresume with: outboxctl resume --namespace %s%s --reason \"…\"\n",
-				p.subject(), count(n), plural(int(n)), p.operator, p.reason, p.namespace, topicFlag(p.topic))
-			return nil
+				if p.asJSON {
+					return writeJSON(cmd.OutOrStdout(), pauseResult{Namespace: p.namespace, Topic: topicOrAll(p.topic), Paused: true, Messages: n})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "paused %s (%s pending message%s) as %s: %s\nresume with: outboxctl resume --namespace %s%s --reason \"…\"\n",
+					p.subject(), count(n), plural(int(n)), p.operator, p.reason, p.namespace, topicFlag(p.topic))
+				return nil
+			})
 		},
 	}
 	p.register(cmd, "pause")
@@ -212,21 +210,18 @@ and why.`,
 			if err != nil {
 				return err
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			n, err := store.Resume(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if p.asJSON {
-				return writeJSON(cmd.OutOrStdout(), pauseResult{Namespace: p.namespace, Topic: topicOrAll(p.topic), Paused: false, Messages: n})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "resumed %s (%s pending message%s claimable again) as %s: %s\n",
-				p.subject(), count(n), plural(int(n)), p.operator, p.reason)
-			return nil
+			return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
+				n, err := store.Resume(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				if p.asJSON {
+					return writeJSON(cmd.OutOrStdout(), pauseResult{Namespace: p.namespace, Topic: topicOrAll(p.topic), Paused: false, Messages: n})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "resumed %s (%s pending message%s claimable again) as %s: %s\n",
+					p.subject(), count(n), plural(int(n)), p.operator, p.reason)
+				return nil
+			})
 		},
 	}
 	p.register(cmd, "resume")

@@ -71,20 +71,9 @@ Errors are cut to fit the table; --json has them whole.`,
 					return err
 				}
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			page, err := store.ListPending(cmd.Context(), f)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), page)
-			}
-			printPending(cmd.OutOrStdout(), page, time.Now())
-			return nil
+			return list(cmd, g, asJSON, func(store *lease.Store) (lease.PendingMessages, error) {
+				return store.ListPending(cmd.Context(), f)
+			}, printPending)
 		},
 	}
 	fs := cmd.Flags()

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/handler/replayfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
@@ -62,13 +63,10 @@ filter is refused unless --all.`,
 			if err != nil {
 				return err
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
+			return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
+				_, err = replay(cmd.Context(), cmd.OutOrStdout(), store, req, asJSON)
 				return err
-			}
-			defer pool.Close()
-			_, err = replay(cmd.Context(), cmd.OutOrStdout(), store, req, asJSON)
-			return err
+			})
 		},
 	}
 	filter.register(cmd.Flags(), fmt.Sprintf("replay at most this many, oldest first (default %d, at most $OUTBOX_REPLAY_MAX_LIMIT, %d)",

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -220,4 +222,31 @@ func flagError(cmd *cobra.Command, err error) error {
 		near[i] = "--" + near[i]
 	}
 	return usagef("%v: did you mean %s?", err, orList(near))
+}
+
+// withStore is the flow every database command shares: connect, run fn
+// with the store (and the pool, for what the store does not cover), close.
+func (g *globalOptions) withStore(ctx context.Context, fn func(*dbpool.Pool, *lease.Store) error) error {
+	pool, store, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(pool, store)
+}
+
+// list is the flow of the read-only listing commands: read with the store,
+// then print as JSON with --json, else as print renders it for a reader.
+func list[T any](cmd *cobra.Command, g *globalOptions, asJSON bool, read func(*lease.Store) (T, error), print func(io.Writer, T, time.Time)) error {
+	return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
+		v, err := read(store)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(cmd.OutOrStdout(), v)
+		}
+		print(cmd.OutOrStdout(), v, time.Now())
+		return nil
+	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/dispatcher/shared/dbpool"
 	"github.com/outboxkit/dispatcher/shared/handler/metricsfn"
 	"github.com/outboxkit/dispatcher/shared/lease"
 )
@@ -62,12 +63,9 @@ Below the table: the pauses in force, by whom and why, and what to do next.
 				}
 				interval = d
 			}
-			pool, store, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			return showStatus(cmd.Context(), cmd.OutOrStdout(), store, interval, asJSON)
+			return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
+				return showStatus(cmd.Context(), cmd.OutOrStdout(), store, interval, asJSON)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&watch, "watch", "", "refresh every INTERVAL until interrupted (default 2s)")

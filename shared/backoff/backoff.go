@@ -9,6 +9,7 @@
 package backoff
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -113,4 +114,16 @@ func (p Policy) Hold(now time.Time, attempt int, floor, limit time.Duration, jit
 	}
 	d := min(max(p.Ceiling(attempt), floor), limit)
 	return now.Add(d/2 + jitter(d-d/2))
+}
+
+// Sleep waits d, or returns false when ctx ends first.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

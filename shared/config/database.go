@@ -37,7 +37,7 @@ func LoadDatabase(env Env, poolSize int32) (dbpool.Config, error) {
 	getenv := env.getenv()
 	var ps []dbpool.Problem
 	fail := func(name, format string, args ...any) {
-		ps = append(ps, dbpool.Problem{Setting: name, Message: fmt.Sprintf(format, args...)})
+		ps = append(ps, dbpool.Problem{Field: name, Message: fmt.Sprintf(format, args...)})
 	}
 	cfg := dbpool.Config{
 		DatabaseURL: dbpool.ConnString(getenv("OUTBOX_DATABASE_URL")),
@@ -102,7 +102,7 @@ func LoadDatabase(env Env, poolSize int32) (dbpool.Config, error) {
 		ps = append(ps, ce.Problems...)
 	}
 	if len(ps) > 0 {
-		return dbpool.Config{}, &dbpool.ConfigError{Problems: ps}
+		return dbpool.Config{}, dbpool.NewConfigError(ps)
 	}
 	return cfg.WithDefaults(), nil
 }

@@ -293,7 +293,7 @@ func hasProblem(err error, variable, fragment string) bool {
 		return false
 	}
 	for _, p := range ce.Problems {
-		if p.Setting == variable && strings.Contains(p.Message, fragment) {
+		if p.Field == variable && strings.Contains(p.Message, fragment) {
 			return true
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws/arn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/dispatcher/shared/configerr"
 )
 
 // Names are what the operator calls the settings that messages point at:
@@ -258,50 +260,32 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(attrs...)
 }
 
-// Problem is one thing wrong with the configuration.
-type Problem struct {
-	// Setting is the setting at fault, by its name in Config.Names (""
-	// when the problem is that no source is set at all).
-	Setting string
-	// Message says what is wrong and, where it helps, what to do.
-	Message string
-}
-
-// String is "Setting: message".
-func (p Problem) String() string {
-	if p.Setting == "" {
-		return p.Message
-	}
-	return p.Setting + ": " + p.Message
-}
+// Problem is one thing wrong with the configuration: Field is the setting
+// at fault, by its name in Config.Names ("" when the problem is that no
+// source is set at all).
+type Problem = configerr.Problem
 
 // ConfigError lists every problem found in a configuration, so that one
 // failed cold start shows them all.
-type ConfigError struct {
-	Problems []Problem
-}
+type ConfigError = configerr.Error
 
-// Error lists the problems on one line, so that a log search for a
-// setting's name finds it.
-func (e *ConfigError) Error() string {
-	parts := make([]string, len(e.Problems))
-	for i, p := range e.Problems {
-		parts[i] = p.String()
-	}
-	return "dbpool: invalid database configuration: " + strings.Join(parts, "; ")
+// NewConfigError is the error for ps, its problems on one line so that a
+// log search for a setting's name finds it.
+func NewConfigError(ps []Problem) *ConfigError {
+	return &ConfigError{Subject: "dbpool", What: "database configuration", OneLine: true, Problems: ps}
 }
 
 type problems []Problem
 
 func (ps *problems) add(setting, format string, args ...any) {
-	*ps = append(*ps, Problem{Setting: setting, Message: fmt.Sprintf(format, args...)})
+	*ps = append(*ps, Problem{Field: setting, Message: fmt.Sprintf(format, args...)})
 }
 
 func (ps problems) err() error {
 	if len(ps) == 0 {
 		return nil
 	}
-	return &ConfigError{Problems: ps}
+	return NewConfigError(ps)
 }
 
 // Validate reports every problem of the configuration at once, as a

@@ -82,7 +82,7 @@ func hasProblem(err error, setting, fragment string) bool {
 		return false
 	}
 	for _, p := range ce.Problems {
-		if p.Setting == setting && strings.Contains(p.Message, fragment) {
+		if p.Field == setting && strings.Contains(p.Message, fragment) {
 			return true
 		}
 	}

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -98,30 +99,14 @@ const DefaultCompletionReserve = 2 * time.Second
 
 // WithDefaults fills the zero fields.
 func (c Config) WithDefaults() Config {
-	if c.BatchSize == 0 {
-		c.BatchSize = config.DefaultBatchSize
-	}
-	if c.MaxBatches == 0 {
-		c.MaxBatches = config.DefaultMaxBatches
-	}
-	if c.Lease == 0 {
-		c.Lease = config.DefaultLease
-	}
-	if c.SafetyMargin == 0 {
-		c.SafetyMargin = config.DefaultSafetyMargin
-	}
-	if c.CompletionReserve == 0 {
-		c.CompletionReserve = min(DefaultCompletionReserve, c.SafetyMargin/2)
-	}
-	if c.TargetConcurrency == 0 {
-		c.TargetConcurrency = config.DefaultTargetConcurrency
-	}
-	if c.OrderedRun == 0 {
-		c.OrderedRun = config.DefaultOrderedRun
-	}
-	if c.BatchBytes == 0 {
-		c.BatchBytes = config.DefaultBatchBytes
-	}
+	c.BatchSize = cmp.Or(c.BatchSize, config.DefaultBatchSize)
+	c.MaxBatches = cmp.Or(c.MaxBatches, config.DefaultMaxBatches)
+	c.Lease = cmp.Or(c.Lease, config.DefaultLease)
+	c.SafetyMargin = cmp.Or(c.SafetyMargin, config.DefaultSafetyMargin)
+	c.CompletionReserve = cmp.Or(c.CompletionReserve, min(DefaultCompletionReserve, c.SafetyMargin/2))
+	c.TargetConcurrency = cmp.Or(c.TargetConcurrency, config.DefaultTargetConcurrency)
+	c.OrderedRun = cmp.Or(c.OrderedRun, config.DefaultOrderedRun)
+	c.BatchBytes = cmp.Or(c.BatchBytes, config.DefaultBatchBytes)
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}

@@ -12,26 +12,18 @@ import (
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/config"
+	"github.com/outboxkit/dispatcher/shared/configerr"
 )
 
 // ConfigError is a cold start that failed on its configuration; its type
 // name is the errorType Lambda reports.
-type ConfigError struct {
-	Function string
-	Err      error
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("%s: invalid configuration: %v", e.Function, e.Err)
-}
-
-func (e *ConfigError) Unwrap() error { return e.Err }
+type ConfigError = configerr.Error
 
 // FailInit reports a cold-start failure the way the Lambda Runtime API
 // expects — POST /runtime/init/error, so that the invoker sees the message
 // instead of a bare exit — logs it as one JSON line, and exits.
 func FailInit(function string, err error) {
-	cfgErr := &ConfigError{Function: function, Err: err}
+	cfgErr := &ConfigError{Subject: function, Err: err}
 	line, _ := json.Marshal(map[string]any{
 		"level": "ERROR", "message": "cold start failed", "service": function,
 		"timestamp": time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"),

@@ -450,6 +450,16 @@ func (s *Store) ReplayDead(ctx context.Context, r ReplayRequest) ([]uuid.UUID, e
 type TopicStats struct {
 	Namespace string `json:"namespace"`
 	Topic     string `json:"topic"`
+	Counts
+	// TopErrorCode is the most frequent last error code of the topic's
+	// pending messages and dead letters, TopErrorCount how many have it.
+	TopErrorCode  string `json:"top_error_code,omitempty"`
+	TopErrorCount int64  `json:"top_error_count,omitempty"`
+}
+
+// Counts is the queue's state for a topic, or summed over several (the
+// metrics function's totals).
+type Counts struct {
 	// Pending counts every undelivered message, leased or not.
 	Pending int64 `json:"pending"`
 	// Due counts unleased messages whose time has come.
@@ -477,10 +487,20 @@ type TopicStats struct {
 	// Paused counts unleased messages of a paused namespace or topic:
 	// claims skip them, and they count in neither Due nor the oldest age.
 	Paused int64 `json:"paused"`
-	// TopErrorCode is the most frequent last error code of the topic's
-	// pending messages and dead letters, TopErrorCount how many have it.
-	TopErrorCode  string `json:"top_error_code,omitempty"`
-	TopErrorCount int64  `json:"top_error_count,omitempty"`
+}
+
+// Add sums c's counts and o's, and keeps the older of each oldest age.
+func (c *Counts) Add(o Counts) {
+	c.Pending += o.Pending
+	c.Due += o.Due
+	c.Leased += o.Leased
+	c.ExpiredLeases += o.ExpiredLeases
+	c.Dead += o.Dead
+	c.OldestPendingAgeSeconds = max(c.OldestPendingAgeSeconds, o.OldestPendingAgeSeconds)
+	c.BlockedKeys += o.BlockedKeys
+	c.OldestBlockedKeyAgeSeconds = max(c.OldestBlockedKeyAgeSeconds, o.OldestBlockedKeyAgeSeconds)
+	c.Retrying += o.Retrying
+	c.Paused += o.Paused
 }
 
 // Stats reads outbox.stats(): one row per (namespace, topic) with pending or

@@ -167,18 +167,11 @@ func (w *jsonbWalker) object() (int, string) {
 			return 0, problem
 		}
 		members[key] = member{size: keySize + len(": ") + valueSize, soft: w.soft}
-		w.space()
-		if w.i >= len(w.b) {
-			return 0, "is not valid JSON"
-		}
-		if w.b[w.i] == '}' {
-			w.i++
+		if done, problem := w.separator('}'); problem != "" {
+			return 0, problem
+		} else if done {
 			break
 		}
-		if w.b[w.i] != ',' {
-			return 0, "is not valid JSON"
-		}
-		w.i++
 	}
 	w.depth--
 	w.soft = outer
@@ -190,6 +183,23 @@ func (w *jsonbWalker) object() (int, string) {
 		}
 	}
 	return size, ""
+}
+
+// separator reads what follows an object's member or an array's element:
+// the closing byte (done), or a comma before the next.
+func (w *jsonbWalker) separator(closing byte) (done bool, problem string) {
+	w.space()
+	switch {
+	case w.i >= len(w.b):
+		return false, "is not valid JSON"
+	case w.b[w.i] == closing:
+		w.i++
+		return true, ""
+	case w.b[w.i] != ',':
+		return false, "is not valid JSON"
+	}
+	w.i++
+	return false, ""
 }
 
 func (w *jsonbWalker) array() (int, string) {
@@ -210,18 +220,11 @@ func (w *jsonbWalker) array() (int, string) {
 		}
 		size += s
 		n++
-		w.space()
-		if w.i >= len(w.b) {
-			return 0, "is not valid JSON"
-		}
-		if w.b[w.i] == ']' {
-			w.i++
+		if done, problem := w.separator(']'); problem != "" {
+			return 0, problem
+		} else if done {
 			break
 		}
-		if w.b[w.i] != ',' {
-			return 0, "is not valid JSON"
-		}
-		w.i++
 	}
 	w.depth--
 	return size + len(", ")*(n-1), ""

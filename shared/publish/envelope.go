@@ -3,6 +3,7 @@ package publish
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -170,4 +171,29 @@ func needsEscape(payload []byte) bool {
 		}
 	}
 	return false
+}
+
+// PrepareEnvelope returns a Batcher's Prepare for the plugin publishers
+// (webhook, lambdainvoke): a message's envelope, or its terminal refusal
+// before any call when the payload or the envelope is over maxBytes. name
+// prefixes the errors ("webhook: ...").
+func PrepareEnvelope(name string, maxBytes int) func(*outboxtype.Message) ([]byte, int, *Result) {
+	refuse := func(r Result) ([]byte, int, *Result) { return nil, 0, &r }
+	tooLarge := func(size int, what string) Result {
+		return Fail(outboxtype.CodePayloadTooLarge,
+			fmt.Errorf("%s: the %s is %d bytes, over the target's cap of %d; not sent", name, what, size, maxBytes))
+	}
+	return func(m *outboxtype.Message) ([]byte, int, *Result) {
+		if len(m.Payload) > maxBytes {
+			return refuse(tooLarge(len(m.Payload), "payload"))
+		}
+		body, err := EncodeEnvelope(m)
+		if err != nil {
+			return refuse(Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("%s: encode the envelope: %w", name, err)))
+		}
+		if len(body) > maxBytes {
+			return refuse(tooLarge(len(body), "envelope"))
+		}
+		return body, len(body), nil
+	}
 }

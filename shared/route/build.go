@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/outbox/headers"
+	"github.com/outboxkit/dispatcher/shared/payloadschema"
 )
 
 // The schema's defaults (tests keep them equal), and the limits it cannot
@@ -84,7 +85,7 @@ func buildRoute(p string, i int, rc *routeConfig, attemptCeiling int, ps *proble
 	// metaschema, and its $refs resolved, by compiling it.
 	if len(r.Schema) > 0 && !ps.rejectedWithin(p+".schema") {
 		var err error
-		if r.schema, err = compileSchema(r.Schema, i); err != nil {
+		if r.schema, err = payloadschema.Compile(r.Schema, i); err != nil {
 			ps.add(p+".schema", "%v", err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/outboxkit/dispatcher/shared/configerr"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
@@ -219,43 +220,14 @@ type retryConfig struct {
 	MaxDelay    string  `json:"max_delay"`
 }
 
-// ConfigError is a configuration that failed validation. It lists every
-// problem found, not only the first, so that one deployment fixes them all.
-type ConfigError struct {
-	// Source says where the configuration came from, for Error's first
-	// line; Parse leaves it to its caller (the config package names the
-	// environment variable, and the file).
-	Source   string
-	Problems []Problem // by route index (-1, the whole configuration, first), then field
-}
+// ConfigError is a configuration that failed validation: it lists every
+// problem, by route index (-1, the whole configuration, first), then field.
+// Parse leaves Source to its caller.
+type ConfigError = configerr.Error
 
-// Problem is one thing wrong with a configuration.
-type Problem struct {
-	Route   int    // the index of the route in the routes list, -1 for the whole configuration
-	Field   string // the path of the field, such as "routes[2].target.topic_arn"; "" when the text cannot be read
-	Message string // what is wrong and, where it helps, what would be right
-}
-
-// String renders the problem as "field: message", or the message alone.
-func (p Problem) String() string { return strings.TrimPrefix(p.Field+": "+p.Message, ": ") }
-
-// Error lists every problem, one per line, after a line saying how many.
-func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString("route: invalid configuration")
-	if e.Source != "" {
-		b.WriteString(" in " + e.Source)
-	}
-	plural := "s"
-	if len(e.Problems) == 1 {
-		plural = ""
-	}
-	fmt.Fprintf(&b, " (%d problem%s):", len(e.Problems), plural)
-	for _, p := range e.Problems {
-		b.WriteString("\n" + p.String())
-	}
-	return b.String()
-}
+// Problem is one thing wrong with a configuration; Route is the index of
+// the route in the routes list, -1 for the whole configuration.
+type Problem = configerr.Problem
 
 // problems collects a configuration's problems. A field whose value was
 // rejected (unknown, of the wrong type) is not judged again, nor anything
@@ -318,5 +290,5 @@ func (ps *problems) err() error {
 	slices.SortStableFunc(ps.list, func(a, b Problem) int {
 		return cmp.Or(cmp.Compare(a.Route, b.Route), cmp.Compare(a.Field, b.Field))
 	})
-	return &ConfigError{Problems: ps.list}
+	return &ConfigError{Subject: "route", Problems: ps.list}
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/agnivade/levenshtein"
+	"github.com/outboxkit/dispatcher/shared/payloadschema"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
@@ -52,7 +53,7 @@ var loadRoutesSchema = sync.OnceValue(func() *routesSchema {
 			child := at + "/" + strconv.Itoa(i)
 			if tok == json.Delim('{') {
 				key, _ := dec.Token()
-				child = at + pointer([]string{key.(string)})
+				child = at + payloadschema.Pointer([]string{key.(string)})
 				if owner, ok := strings.CutSuffix(at, "/properties"); ok {
 					s.order[owner] = append(s.order[owner], key.(string))
 				}
@@ -148,9 +149,9 @@ func (s *routesSchema) explain(e *jsonschema.ValidationError, doc any, fromYAML 
 			report(joinPath(field, name), true, "%s", msg)
 		}
 	default:
-		msg := "breaks the rule " + pointer(e.ErrorKind.KeywordPath())
+		msg := "breaks the rule " + payloadschema.Pointer(e.ErrorKind.KeywordPath())
 		if !sensitive(field) { // else the library's own message may quote the value
-			msg = strings.Join(strings.Fields(k.LocalizedString(printer)), " ")
+			msg = strings.Join(strings.Fields(k.LocalizedString(payloadschema.Printer)), " ")
 		}
 		report(field, scalar, "%s", msg)
 	}

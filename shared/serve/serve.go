@@ -42,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/handler"
 	"github.com/outboxkit/dispatcher/shared/handler/reaperfn"
@@ -266,7 +267,7 @@ func (s *Server) dispatchLoop(ctx, work context.Context) {
 			failures++
 			delay := min(firstRetryDelay<<min(failures, 8), s.cfg.PollInterval, lastRetryDelay)
 			s.cfg.Log.Error("dispatch failed; trying again", "error", err.Error(), "retry_in", delay.String())
-			if !sleep(ctx, delay) {
+			if !backoff.Sleep(ctx, delay) {
 				return
 			}
 		} else {
@@ -362,17 +363,5 @@ func (s *Server) reap(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-	}
-}
-
-// sleep waits d, or returns false when ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

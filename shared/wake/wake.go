@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/dispatcher/shared/backoff"
 )
 
 // Channel is the notification channel of the pending_notify trigger
@@ -168,7 +170,7 @@ func (w *Waker) Wait(ctx context.Context) Cause {
 		return Stopped
 	case <-w.pending:
 		w.notifyWakeups.Add(1)
-		if w.cfg.Debounce > 0 && !sleep(ctx, w.cfg.Debounce) {
+		if w.cfg.Debounce > 0 && !backoff.Sleep(ctx, w.cfg.Debounce) {
 			return Stopped
 		}
 		return Notified
@@ -196,7 +198,7 @@ func (w *Waker) Listen(ctx context.Context) {
 			}
 			log.Warn("cannot listen for notifications; polling meanwhile", "error", err.Error(),
 				"retry_in", delay.String(), "poll_interval", w.cfg.PollInterval.String())
-			if !sleep(ctx, delay) {
+			if !backoff.Sleep(ctx, delay) {
 				return
 			}
 			delay = min(delay*2, lastReconnectDelay)
@@ -280,15 +282,3 @@ func (w *Waker) drop() {
 
 // Close closes the connection; call it after the last Listen returned.
 func (w *Waker) Close() { w.drop() }
-
-// sleep waits d, or returns false when ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

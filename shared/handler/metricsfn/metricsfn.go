@@ -38,26 +38,8 @@ type Snapshot struct {
 	Pauses []lease.Pause `json:"pauses"`
 }
 
-// Totals is the whole queue.
-type Totals struct {
-	Pending                 int64   `json:"pending"`
-	Due                     int64   `json:"due"`
-	Leased                  int64   `json:"leased"`
-	ExpiredLeases           int64   `json:"expired_leases"`
-	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
-	Dead                    int64   `json:"dead"`
-	// BlockedKeys counts ordering keys that cannot move (a head retrying,
-	// leased past its expiry, or dead and parked, or the key unsettled: see
-	// lease.BlockedKey); OldestBlockedKeyAgeSeconds is how long the
-	// longest-blocked has been.
-	BlockedKeys                int64   `json:"blocked_keys"`
-	OldestBlockedKeyAgeSeconds float64 `json:"oldest_blocked_key_age_seconds"`
-	// Retrying counts messages that failed and wait for their next
-	// attempt; Paused, messages of paused namespaces and topics, which
-	// count in neither Due nor the oldest age.
-	Retrying int64 `json:"retrying"`
-	Paused   int64 `json:"paused"`
-}
+// Totals is the whole queue: a topic's counts summed over every topic.
+type Totals = lease.Counts
 
 // BuildSnapshot ranks the per-topic statistics and keeps the top n, so that
 // the metrics' cardinality stays bounded however many topics there are.
@@ -72,7 +54,7 @@ func BuildSnapshot(stats []lease.TopicStats, n int, now time.Time) Snapshot {
 			cmp.Compare(a.Topic, b.Topic))
 	})
 	for i, s := range ranked {
-		snap.Totals.add(s)
+		snap.Totals.Add(s.Counts)
 		if i < n {
 			snap.Topics = append(snap.Topics, s)
 			continue
@@ -85,30 +67,8 @@ func BuildSnapshot(stats []lease.TopicStats, n int, now time.Time) Snapshot {
 	return snap
 }
 
-func (t *Totals) add(s lease.TopicStats) {
-	t.Pending += s.Pending
-	t.Due += s.Due
-	t.Leased += s.Leased
-	t.ExpiredLeases += s.ExpiredLeases
-	t.Dead += s.Dead
-	t.OldestPendingAgeSeconds = max(t.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
-	t.BlockedKeys += s.BlockedKeys
-	t.OldestBlockedKeyAgeSeconds = max(t.OldestBlockedKeyAgeSeconds, s.OldestBlockedKeyAgeSeconds)
-	t.Retrying += s.Retrying
-	t.Paused += s.Paused
-}
-
 func addStats(into *lease.TopicStats, s lease.TopicStats) {
-	into.Pending += s.Pending
-	into.Due += s.Due
-	into.Leased += s.Leased
-	into.ExpiredLeases += s.ExpiredLeases
-	into.Dead += s.Dead
-	into.OldestPendingAgeSeconds = max(into.OldestPendingAgeSeconds, s.OldestPendingAgeSeconds)
-	into.BlockedKeys += s.BlockedKeys
-	into.OldestBlockedKeyAgeSeconds = max(into.OldestBlockedKeyAgeSeconds, s.OldestBlockedKeyAgeSeconds)
-	into.Retrying += s.Retrying
-	into.Paused += s.Paused
+	into.Add(s.Counts)
 	// The aggregate names no single topic's top error.
 	into.TopErrorCode, into.TopErrorCount = "", 0
 }

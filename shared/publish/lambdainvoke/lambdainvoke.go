@@ -1,6 +1,7 @@
 package lambdainvoke
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,15 +49,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	return c
 }
 
@@ -101,7 +96,7 @@ func New(client API, cfg Config) (*Publisher, error) {
 		timeout:    cfg.Timeout,
 		maxPayload: cfg.MaxPayloadBytes,
 	}
-	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: p.encode, Call: p.invoke}
+	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: publish.PrepareEnvelope("lambdainvoke", p.maxPayload), Call: p.invoke}
 	return p, nil
 }
 
@@ -121,23 +116,6 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outboxtype.Message) []p
 	return p.batcher.Publish(ctx, msgs)
 }
 
-// encode is a message's event, the envelope, or its refusal before any
-// invocation.
-func (p *Publisher) encode(m *outboxtype.Message) ([]byte, int, *publish.Result) {
-	refuse := func(r publish.Result) ([]byte, int, *publish.Result) { return nil, 0, &r }
-	if len(m.Payload) > p.maxPayload {
-		return refuse(p.tooLarge(len(m.Payload), "payload"))
-	}
-	body, err := publish.EncodeEnvelope(m)
-	if err != nil {
-		return refuse(publish.Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("lambdainvoke: encode the envelope: %w", err)))
-	}
-	if len(body) > p.maxPayload {
-		return refuse(p.tooLarge(len(body), "envelope"))
-	}
-	return body, len(body), nil
-}
-
 // invoke is the Batcher's call: one invocation, one message.
 func (p *Publisher) invoke(ctx context.Context, _ []*outboxtype.Message, bodies [][]byte, results []publish.Result) bool {
 	callCtx, cancel := context.WithTimeout(ctx, p.timeout)
@@ -149,9 +127,4 @@ func (p *Publisher) invoke(ctx context.Context, _ []*outboxtype.Message, bodies 
 	})
 	results[0] = p.classify(ctx, out, err)
 	return false
-}
-
-func (p *Publisher) tooLarge(size int, what string) publish.Result {
-	return publish.Fail(outboxtype.CodePayloadTooLarge,
-		fmt.Errorf("lambdainvoke: the %s is %d bytes, over the target's cap of %d; not sent", what, size, p.maxPayload))
 }

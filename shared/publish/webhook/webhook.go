@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -56,18 +57,10 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.UserAgent == "" {
-		c.UserAgent = DefaultUserAgent
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.UserAgent = cmp.Or(c.UserAgent, DefaultUserAgent)
 	return c
 }
 
@@ -164,7 +157,7 @@ func New(client *http.Client, cfg Config) (*Publisher, error) {
 		maxBody:   cfg.MaxPayloadBytes,
 		now:       time.Now,
 	}
-	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: p.encode, Call: p.post}
+	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: publish.PrepareEnvelope("webhook", p.maxBody), Call: p.post}
 	return p, nil
 }
 
@@ -210,23 +203,6 @@ const (
 	drainBytes   = 64 << 10
 )
 
-// encode is a message's request body, the envelope, or its refusal before
-// any request.
-func (p *Publisher) encode(m *outboxtype.Message) ([]byte, int, *publish.Result) {
-	refuse := func(r publish.Result) ([]byte, int, *publish.Result) { return nil, 0, &r }
-	if len(m.Payload) > p.maxBody {
-		return refuse(p.tooLarge(len(m.Payload), "payload"))
-	}
-	body, err := publish.EncodeEnvelope(m)
-	if err != nil {
-		return refuse(publish.Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("webhook: encode the envelope: %w", err)))
-	}
-	if len(body) > p.maxBody {
-		return refuse(p.tooLarge(len(body), "envelope"))
-	}
-	return body, len(body), nil
-}
-
 // post is the Batcher's call: one request, one message.
 func (p *Publisher) post(ctx context.Context, msgs []*outboxtype.Message, bodies [][]byte, results []publish.Result) bool {
 	results[0] = p.postOne(ctx, msgs[0], bodies[0])
@@ -255,11 +231,6 @@ func (p *Publisher) postOne(ctx context.Context, m *outboxtype.Message, body []b
 	}
 	drain(resp.Body)
 	return classifyResponse(resp.StatusCode, resp.Header, head, truncated, p.now())
-}
-
-func (p *Publisher) tooLarge(size int, what string) publish.Result {
-	return publish.Fail(outboxtype.CodePayloadTooLarge,
-		fmt.Errorf("webhook: the %s is %d bytes, over the target's cap of %d; not sent", what, size, p.maxBody))
 }
 
 // header is a request's header: the message's own headers, then the static

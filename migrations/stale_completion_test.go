@@ -16,10 +16,9 @@ import (
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
-// Regression tests for defects found by trying the state machine as an
-// attacker would, each a scenario of issue 26 played through the SQL
-// functions only (the contract every producer and dispatcher calls), each
-// login granted one outbox role.
+// Scenarios played through the SQL functions only (the contract every
+// producer and dispatcher calls), each login granted one outbox role; the
+// helpers here serve the other scenario files of the package too.
 
 // defectLogin connects as a new login that is a member of role and
 // returns the connection and the login's name.
@@ -282,76 +281,6 @@ func staleCompletionAfterTakeover(t *testing.T, k2Messages int, lockSeq int64, l
 		}
 		if holder != "worker-B" || token != c.token {
 			t.Errorf("%s seq %d: its key's head is held by %s under %s, want worker-B under %s", c.key, c.seq, holder, token, c.token)
-		}
-	}
-}
-
-// Defect 3: a message committed after its topic was paused, behind the
-// head of another topic on its key, must not be claimed with the head's
-// run.
-func TestPausedTopicNotClaimedInARun(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
-	producer, _ := defectLogin(t, db, "outbox_producer")
-	operator, _ := defectLogin(t, db, "outbox_operator")
-	dispatcher, _ := defectLogin(t, db, "outbox_dispatcher")
-
-	tx, err := producer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	for _, topic := range []string{"orders.A", "refunds.B"} {
-		if _, err := tx.Exec(ctx, `SELECT * FROM outbox.enqueue('shop', $1, '{"amount": 5}', p_ordering_key => 'acct-1')`, topic); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := operator.Exec(ctx, `SELECT outbox.pause('shop', 'refunds.B', 'ops', 'refunds on hold')`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	claimed, err := defectClaim(ctx, dispatcher, "w", 60, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var topics []string
-	for _, c := range claimed {
-		topics = append(topics, c.topic)
-		if c.topic == "refunds.B" {
-			t.Errorf("claimed %s seq %d of paused topic shop/refunds.B (paused before its producer committed)", c.key, c.seq)
-		}
-	}
-	if len(claimed) == 0 || claimed[0].topic != "orders.A" {
-		t.Errorf("claimed %v, want orders.A, the unpaused head of acct-1", topics)
-	}
-}
-
-// Defect 4: a producer confined to namespaces stays confined when its last
-// grant is revoked: it may then enqueue nowhere, not everywhere.
-func TestRevokingTheLastGrantConfinesToNothing(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
-	producer, login := defectLogin(t, db, "outbox_producer")
-	operator, _ := defectLogin(t, db, "outbox_operator")
-
-	if _, err := operator.Exec(ctx, `SELECT outbox.grant_namespace($1, 'reporting', 'ops', 'reports only')`, login); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := producer.Exec(ctx, `SELECT * FROM outbox.enqueue('payments', 'captured', '{"x": 1}')`); defectSQLState(err) != "42501" {
-		t.Fatalf("granted reporting only, into payments: %v, want refused with 42501", err)
-	}
-	if _, err := operator.Exec(ctx, `SELECT outbox.revoke_namespace($1, 'reporting', 'ops', 'reports moved')`, login); err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{"payments", "reporting"} {
-		_, err := producer.Exec(ctx, `SELECT * FROM outbox.enqueue($1, 'captured', '{"x": 1}')`, ns)
-		if defectSQLState(err) != "42501" {
-			t.Errorf("every grant revoked, into %s: %v, want refused with 42501", ns, err)
 		}
 	}
 }
