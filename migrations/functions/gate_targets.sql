@@ -4,7 +4,7 @@ CREATE OR REPLACE FUNCTION outbox.gate_targets(
     p_wanted       int[],
     p_cool_down_ms int[],
     p_per_second   int[])
-RETURNS TABLE(target text, granted int, state text, retry_at timestamptz, last_error text)
+RETURNS TABLE(target text, granted int, state text, retry_at timestamptz, last_error text, failures int)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -20,6 +20,9 @@ AS $$
 --   probe   granted = 1: this caller won the probe due now; the next probe
 --           moves one cool-down on, so a caller that dies mid-probe does
 --           not keep the breaker shut for longer than that
+--
+-- failures is the closed breaker's count of consecutive failures so far:
+-- a caller records a batch's successes only when it is not 0.
 --
 -- Rate: a token bucket holding at most one second's tokens, refilled at
 -- p_per_second a second; the grant is what it holds, whole, up to wanted.
@@ -61,6 +64,7 @@ BEGIN
         v_state := 'closed';
         v_retry := NULL;
         v_error := NULL;
+        v_b := NULL;
         IF p_cool_down_ms[v_i] IS NOT NULL THEN
             SELECT * INTO v_b FROM outbox.breakers b WHERE b.target = v_t;
             IF v_b.opened_at IS NOT NULL THEN
@@ -99,6 +103,7 @@ BEGIN
         state := v_state;
         retry_at := v_retry;
         last_error := v_error;
+        failures := coalesce(v_b.failures, 0);
         RETURN NEXT;
     END LOOP;
 END;

@@ -52,6 +52,8 @@ type Grant struct {
 	// granted).
 	RetryAt   time.Time
 	LastError string
+	// Failures is the closed breaker's count of consecutive failures.
+	Failures int
 }
 
 // Gate asks outbox.gate_targets for the batch's targets, in one round trip.
@@ -69,7 +71,7 @@ func (s *Store) Gate(ctx context.Context, workerID string, asks []Ask) (map[stri
 			rate[i] = pgtype.Int4{Int32: int32(a.PerSecond), Valid: true}
 		}
 	}
-	rows, err := s.db.Query(ctx, `SELECT target, granted, state, retry_at, last_error
+	rows, err := s.db.Query(ctx, `SELECT target, granted, state, retry_at, last_error, failures
 		FROM outbox.gate_targets($1, $2, $3, $4, $5)`, workerID, targets, wanted, coolDown, rate)
 	if err != nil {
 		return nil, fmt.Errorf("gate: gate_targets: %w", err)
@@ -77,17 +79,18 @@ func (s *Store) Gate(ctx context.Context, workerID string, asks []Ask) (map[stri
 	out := make(map[string]Grant, len(asks))
 	for rows.Next() {
 		var (
-			t       string
-			g       Grant
-			retryAt pgtype.Timestamptz
-			lastErr pgtype.Text
-			granted int32
+			t        string
+			g        Grant
+			retryAt  pgtype.Timestamptz
+			lastErr  pgtype.Text
+			granted  int32
+			failures int32
 		)
-		if err := rows.Scan(&t, &granted, &g.State, &retryAt, &lastErr); err != nil {
+		if err := rows.Scan(&t, &granted, &g.State, &retryAt, &lastErr, &failures); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("gate: gate_targets: %w", err)
 		}
-		g.Granted, g.RetryAt, g.LastError = int(granted), retryAt.Time, lastErr.String
+		g.Granted, g.RetryAt, g.LastError, g.Failures = int(granted), retryAt.Time, lastErr.String, int(failures)
 		out[t] = g
 	}
 	if err := rows.Err(); err != nil {
