@@ -303,9 +303,8 @@ type pending struct {
 	msg    *outboxtype.Message
 	route  *route.Route
 	result publish.Result
-	// retryAt is when a message a gate held is due again; notBefore the
-	// earliest retry of a failed probe (see recordBatch).
-	retryAt, notBefore time.Time
+	// retryAt is when a message a gate held is due again.
+	retryAt time.Time
 }
 
 // orderingKey names an ordering key; keys are scoped by namespace.
@@ -621,9 +620,6 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 		}
 		r.Outcome = outboxtype.OutcomeRetryable
 		r.RetryAt = at
-		if at.Before(it.notBefore) {
-			r.RetryAt = it.notBefore
-		}
 		return r
 	default:
 		r.Outcome = outboxtype.OutcomeFailed

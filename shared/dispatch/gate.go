@@ -135,10 +135,9 @@ func (e *Engine) gateBatch(ctx context.Context, log *slog.Logger, workerID strin
 // round trip, and only when something is to be recorded: a failure, a
 // breaker that was not closed, or a count of failures that a success now
 // clears. When a breaker is open after it, the target's retryable failures
-// of this batch are given back to wait for its probe (no attempt spent;
-// the breaker holds the error) — but for a failed probe, which spends its
-// attempt, so that a message that alone makes the target fail is
-// dead-lettered in the end rather than holding the target for ever.
+// of this batch are given back to wait for its probe, no attempt spent
+// (the breaker holds the error): only failures while the breaker stays
+// closed spend attempts, so an outage costs a message at most one.
 func (e *Engine) recordBatch(ctx context.Context, log *slog.Logger, workerID string, b *routedBatch, grants gated, sum *Summary) {
 	if grants == nil {
 		return
@@ -187,12 +186,15 @@ func (e *Engine) recordBatch(ctx context.Context, log *slog.Logger, workerID str
 			if it.result.Kind != publish.Retryable || configurationFailure[it.result.Code] {
 				continue
 			}
-			if probe {
-				it.notBefore = st.ProbeAt
-				continue
-			}
 			it.result = publish.Result{Kind: publish.Released, Err: errHeld, Latency: it.result.Latency}
 			it.retryAt = st.ProbeAt
+			if probe {
+				// Behind the next probe, which so tries another message: a
+				// message that alone makes the target fail cannot keep
+				// the breaker open; once a probe of another closes it,
+				// the message spends attempts as any other.
+				it.retryAt = st.ProbeAt.Add(e.gates[o.Target].coolDown)
+			}
 			sum.Gated++
 		}
 	}
