@@ -153,11 +153,12 @@ func (s *Store) Record(ctx context.Context, workerID string, outs []Outcome) (ma
 
 // OpenBreaker is a breaker that is open now.
 type OpenBreaker struct {
-	Target    string
-	Since     time.Time
-	NextProbe time.Time
-	Failures  int
-	LastError string
+	Target    string    `json:"target"`
+	Since     time.Time `json:"since"`
+	NextProbe time.Time `json:"next_probe"`
+	Failures  int       `json:"failures"`
+	// LastError is why: the last failure recorded.
+	LastError string `json:"last_error"`
 }
 
 // OpenBreakers lists the open breakers (outbox.open_breakers).
