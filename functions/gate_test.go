@@ -1,19 +1,23 @@
 package functions_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/outboxkit/dispatcher/shared/dispatch"
+	"github.com/outboxkit/dispatcher/shared/gate"
 	"github.com/outboxkit/dispatcher/shared/outbox"
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/testkit/emftest"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
@@ -201,5 +205,42 @@ func TestRateLimitHoldsAcrossInvocations(t *testing.T) {
 	}
 	if n := count(t, db.Pool, `SELECT coalesce(max(attempt_no), 0) FROM outbox.attempts`); n != 1 {
 		t.Errorf("a message took %d attempts; being held must not spend one", n)
+	}
+}
+
+// The metrics function reports open circuit breakers: CircuitsOpen in
+// all (the alarm's metric) and CircuitOpen per target, and logs why.
+func TestMetricsReportOpenCircuitBreakers(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const target = "http:https://hooks.example/pay"
+	if _, err := gate.NewStore(db.Pool).Record(context.Background(), "w", []gate.Outcome{{Target: target,
+		Failures: 5, Threshold: 5, CoolDown: time.Minute, LastError: "TARGET_5XX: 503"}}); err != nil {
+		t.Fatal(err)
+	}
+	fn := start(t, "metrics", env(db)...)
+	var snap json.RawMessage
+	invoke(t, fn, event(t, "metrics-schedule.json"), 20*time.Second, &snap)
+	out := awaitOutput(t, fn, `"queue snapshot"`, 1)
+	var emfLines []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, `"_aws"`) {
+			emfLines = append(emfLines, line)
+		}
+	}
+	var open, perTarget float64 = -1, -1
+	for _, d := range emftest.Parse(t, []byte(strings.Join(emfLines, "\n")+"\n")) {
+		if mv, ok := d.Metrics["CircuitsOpen"]; ok {
+			open = mv.Values[0]
+		}
+		if mv, ok := d.Metrics["CircuitOpen"]; ok && d.Dimensions["Target"] == target {
+			perTarget = mv.Values[0]
+		}
+	}
+	if open != 1 || perTarget != 1 {
+		t.Errorf("EMF CircuitsOpen %v, CircuitOpen{Target=%s} %v; want 1 and 1", open, target, perTarget)
+	}
+	if !strings.Contains(out, `"last_error":"TARGET_5XX: 503"`) {
+		t.Errorf("the metrics log does not say why the breaker is open:\n%s", out)
 	}
 }
