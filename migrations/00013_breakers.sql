@@ -24,7 +24,10 @@ CREATE TABLE outbox.rate_limits (
     target      text PRIMARY KEY,
     -- Tokens in the bucket as of refilled_at (at most one second's worth).
     tokens      double precision NOT NULL CHECK (tokens >= 0),
-    refilled_at timestamptz NOT NULL
+    refilled_at timestamptz NOT NULL,
+    -- Messages held back reserve the bucket's next free slots, one per
+    -- message at the rate: the next held message goes no earlier.
+    held_until  timestamptz
 );
 
 REVOKE ALL ON outbox.breakers, outbox.rate_limits FROM PUBLIC;

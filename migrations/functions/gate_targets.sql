@@ -26,7 +26,11 @@ AS $$
 --
 -- Rate: a token bucket holding at most one second's tokens, refilled at
 -- p_per_second a second; the grant is what it holds, whole, up to wanted.
--- retry_at is then when the bucket will hold the next token.
+-- retry_at is then the first of the slots the held messages reserve: when
+-- the bucket will hold its next token, or after the slots reserved by
+-- earlier callers' held messages, one slot per message at the rate (the
+-- caller spreads its held messages over them). So a backlog waiting on
+-- the limit comes back about when it can be sent, not all at once.
 --
 -- Rows are locked in target order, so concurrent callers never deadlock;
 -- a probe is won by the conditional update on probe_at, which a second
@@ -93,10 +97,21 @@ BEGIN
                 refilled_at = greatest(l.refilled_at, v_now)
             RETURNING l.tokens INTO v_tokens;
             v_grant := least(v_grant, floor(v_tokens)::int);
-            UPDATE outbox.rate_limits l SET tokens = greatest(l.tokens - v_grant, 0) WHERE l.target = v_t;
-            IF v_grant < v_want AND v_state <> 'probe' THEN
-                v_retry := v_now + make_interval(secs => (1 - (v_tokens - v_grant)) / p_per_second[v_i]);
-            END IF;
+            -- The messages held back reserve the next free slots: from
+            -- when the bucket holds its next token, or after the slots
+            -- earlier callers reserved, one per message at the rate.
+            UPDATE outbox.rate_limits l
+            SET tokens = greatest(l.tokens - v_grant, 0),
+                held_until = CASE WHEN v_grant < v_want AND v_state <> 'probe'
+                                  THEN greatest(l.held_until,
+                                                v_now + make_interval(secs => (1 - (v_tokens - v_grant)) / p_per_second[v_i]))
+                                       + make_interval(secs => (v_want - v_grant)::double precision / p_per_second[v_i])
+                                  ELSE l.held_until END
+            WHERE l.target = v_t
+            RETURNING CASE WHEN v_grant < v_want AND v_state <> 'probe'
+                           THEN l.held_until - make_interval(secs => (v_want - v_grant)::double precision / p_per_second[v_i])
+                      END
+            INTO v_retry;
         END IF;
         target := v_t;
         granted := v_grant;
