@@ -187,9 +187,6 @@ func run() error {
 				for ctx.Err() == nil {
 					s, err := e.Run(ctx, dispatch.Request{WorkerID: fmt.Sprintf("bench-%d", i)})
 					sums[i].Add(s)
-					if os.Getenv("BREAKER_DEBUG") != "" {
-						fmt.Fprintf(os.Stderr, "%s %+v %v\n", time.Now().Format("05.000"), s, err)
-					}
 					if err != nil && ctx.Err() == nil {
 						errs[i] = err
 						return
