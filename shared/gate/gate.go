@@ -14,6 +14,19 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// RouteOptions are a route's "circuit_breaker" and "rate_limit" as
+// written (zero: none), embedded in route.Route; its schema checks them,
+// package dispatch applies them.
+type RouteOptions struct {
+	CircuitBreaker struct {
+		Failures float64 `json:"failures"`
+		CoolDown string  `json:"cool_down"`
+	} `json:"circuit_breaker"`
+	RateLimit struct {
+		PerSecond float64 `json:"per_second"`
+	} `json:"rate_limit"`
+}
+
 // Querier runs queries: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/text/message"
 
 	"github.com/outboxkit/dispatcher/shared/backoff"
+	"github.com/outboxkit/dispatcher/shared/gate"
 )
 
 // Wildcard is the match pattern that matches every namespace or topic.
@@ -119,22 +120,9 @@ type Route struct {
 	Schema          json.RawMessage `json:"schema"`          // the payload's JSON Schema as canonical JSON, nil when none is set
 	OnDead          string          `json:"on_dead"`         // OnDeadSkip or OnDeadPark: what an ordered message's death does to its key
 	OnConfigError   string          `json:"on_config_error"` // OnConfigErrorHold or OnConfigErrorDead: what a target's configuration failure does to a message
-	CircuitBreaker  CircuitBreaker  `json:"circuit_breaker"` // zero: none (package dispatch applies it)
-	RateLimit       RateLimit       `json:"rate_limit"`      // zero: none (package dispatch applies it)
 
-	schema *jsonschema.Schema
-}
-
-// CircuitBreaker is a route's "circuit_breaker" as written; the schema
-// checks it (CoolDown is a duration of at least 1s).
-type CircuitBreaker struct {
-	Failures float64 `json:"failures"`
-	CoolDown string  `json:"cool_down"`
-}
-
-// RateLimit is a route's "rate_limit" as written.
-type RateLimit struct {
-	PerSecond float64 `json:"per_second"`
+	gate.RouteOptions // circuit_breaker and rate_limit, which package dispatch applies
+	schema            *jsonschema.Schema
 }
 
 // HasSchema reports whether the route validates payloads against a schema.
