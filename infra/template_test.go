@@ -329,6 +329,7 @@ func TestAlarmsAndDashboard(t *testing.T) {
 		"RetryRateSpikeAlarm":        "Retried",
 		"DispatchErrorsAlarm":        "Errors",
 		"DispatchEventsDroppedAlarm": "AsyncEventsDropped",
+		"CircuitOpenAlarm":           "CircuitsOpen",
 	}
 	for alarm, metric := range wantMetric {
 		r := res.get(alarm)

@@ -51,18 +51,19 @@ var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_oper
 // grantedFunctions are the functions each role may execute, by name; every
 // other function of schema outbox is denied to it.
 var grantedFunctions = map[string][]string{
-	"outbox_producer":   {"enqueue", "enqueue_batch", "producer_limits"},
-	"outbox_dispatcher": {"claim_batch", "claimable_estimate", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys", "pauses"},
+	"outbox_producer": {"enqueue", "enqueue_batch", "producer_limits"},
+	"outbox_dispatcher": {"claim_batch", "claimable_estimate", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys", "pauses",
+		"gate_targets", "record_target_outcomes", "open_breakers"},
 	"outbox_operator": {"replay_dead", "discard", "purge_audit", "grant_namespace", "revoke_namespace", "unconfine_producer",
-		"stats", "blocked_keys", "pending_messages", "pauses", "retry_now", "purge_dead", "pause", "resume", "producer_limits"},
-	"outbox_reader": {"stats", "blocked_keys", "pending_messages", "pauses", "producer_limits"},
+		"stats", "blocked_keys", "pending_messages", "pauses", "retry_now", "purge_dead", "pause", "resume", "producer_limits", "open_breakers"},
+	"outbox_reader": {"stats", "blocked_keys", "pending_messages", "pauses", "producer_limits", "open_breakers"},
 }
 
 // readableTables are the tables each role may SELECT; no role may do
 // anything else to any table.
 var readableTables = map[string][]string{
-	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces", "confined_producers", "operator_log", "paused"},
-	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces", "confined_producers", "operator_log", "paused"},
+	"outbox_operator": {"pending", "attempts", "dead", "limits", "producer_namespaces", "confined_producers", "operator_log", "paused", "breakers", "rate_limits"},
+	"outbox_reader":   {"pending", "attempts", "dead", "limits", "producer_namespaces", "confined_producers", "operator_log", "paused", "breakers", "rate_limits"},
 }
 
 type function struct {

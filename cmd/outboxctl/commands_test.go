@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/outboxkit/dispatcher/shared/gate"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -144,6 +145,21 @@ func TestStatus(t *testing.T) {
 	// 3 usage messages, 2 of them dead; and the audit one.
 	if doc.Totals.Pending != 2 || doc.Totals.Dead != 2 || len(doc.Topics) != 2 {
 		t.Errorf("status --json totals %+v, %d topics", doc.Totals, len(doc.Topics))
+	}
+
+	// An open circuit breaker: its target, since when, why, next probe.
+	if _, err := gate.NewStore(d.Pool).Record(context.Background(), "w", []gate.Outcome{{Target: "http:https://hooks.example/pay",
+		Failures: 3, Threshold: 3, CoolDown: time.Minute, LastError: "TARGET_5XX: 503 Service Unavailable"}}); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, env, "status")
+	r.wantOK(t, "status with an open breaker", "1 circuit breaker open", "http:https://hooks.example/pay",
+		"TARGET_5XX: 503 Service Unavailable", "NEXT PROBE")
+	j = cli(t, env, "status", "--json")
+	doc = statusDoc{}
+	if err := json.Unmarshal([]byte(j.out), &doc); err != nil || len(doc.OpenBreakers) != 1 ||
+		doc.OpenBreakers[0].NextProbe.Before(doc.OpenBreakers[0].Since) {
+		t.Fatalf("status --json open breakers: %v %+v", err, doc.OpenBreakers)
 	}
 
 	// --watch redraws until interrupted: interrupted once it has drawn

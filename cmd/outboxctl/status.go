@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/outboxkit/dispatcher/shared/gate"
 	"io"
 	"time"
 
@@ -63,8 +64,8 @@ Below the table: the pauses in force, by whom and why, and what to do next.
 				}
 				interval = d
 			}
-			return g.withStore(cmd.Context(), func(_ *dbpool.Pool, store *lease.Store) error {
-				return showStatus(cmd.Context(), cmd.OutOrStdout(), store, interval, asJSON)
+			return g.withStore(cmd.Context(), func(pool *dbpool.Pool, store *lease.Store) error {
+				return showStatus(cmd.Context(), cmd.OutOrStdout(), store, pool, interval, asJSON)
 			})
 		},
 	}
@@ -81,15 +82,21 @@ type statusDoc struct {
 	Totals      metricsfn.Totals   `json:"totals"`
 	// Pauses are the pauses in force: who paused what, when and why.
 	Pauses []lease.Pause `json:"pauses"`
+	// OpenBreakers are the targets whose circuit breaker is open.
+	OpenBreakers []gate.OpenBreaker `json:"open_breakers"`
 }
 
-func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval time.Duration, asJSON bool) error {
+func showStatus(ctx context.Context, w io.Writer, store *lease.Store, db gate.Querier, interval time.Duration, asJSON bool) error {
 	redraw := interval > 0 && !asJSON && isTerminal(w)
 	for {
 		stats, err := store.Stats(ctx)
 		var pauses []lease.Pause
 		if err == nil {
 			pauses, err = store.Pauses(ctx)
+		}
+		var breakers []gate.OpenBreaker
+		if err == nil {
+			breakers, err = gate.OpenBreakers(ctx, db)
 		}
 		if err != nil {
 			if ctx.Err() != nil && interval > 0 {
@@ -100,11 +107,11 @@ func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval t
 		now := time.Now()
 		switch {
 		case asJSON && interval > 0:
-			if err := writeJSONLine(w, statusOf(stats, pauses, now)); err != nil {
+			if err := writeJSONLine(w, statusOf(stats, pauses, breakers, now)); err != nil {
 				return err
 			}
 		case asJSON:
-			if err := writeJSON(w, statusOf(stats, pauses, now)); err != nil {
+			if err := writeJSON(w, statusOf(stats, pauses, breakers, now)); err != nil {
 				return err
 			}
 		default:
@@ -114,7 +121,7 @@ func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval t
 			if interval > 0 {
 				fmt.Fprintf(w, "outbox status at %s, every %s (interrupt to stop)\n\n", now.Format("15:04:05"), interval)
 			}
-			printStatus(w, stats, pauses)
+			printStatus(w, stats, pauses, breakers)
 			if interval > 0 && !redraw {
 				fmt.Fprintln(w)
 			}
@@ -130,8 +137,11 @@ func showStatus(ctx context.Context, w io.Writer, store *lease.Store, interval t
 	}
 }
 
-func statusOf(stats []lease.TopicStats, pauses []lease.Pause, now time.Time) statusDoc {
-	doc := statusDoc{GeneratedAt: now.UTC(), Topics: stats, Pauses: pauses}
+func statusOf(stats []lease.TopicStats, pauses []lease.Pause, breakers []gate.OpenBreaker, now time.Time) statusDoc {
+	doc := statusDoc{GeneratedAt: now.UTC(), Topics: stats, Pauses: pauses, OpenBreakers: breakers}
+	if doc.OpenBreakers == nil {
+		doc.OpenBreakers = []gate.OpenBreaker{}
+	}
 	if doc.Topics == nil {
 		doc.Topics = []lease.TopicStats{}
 	}
@@ -143,14 +153,15 @@ func statusOf(stats []lease.TopicStats, pauses []lease.Pause, now time.Time) sta
 	return doc
 }
 
-func printStatus(w io.Writer, stats []lease.TopicStats, pauses []lease.Pause) {
+func printStatus(w io.Writer, stats []lease.TopicStats, pauses []lease.Pause, breakers []gate.OpenBreaker) {
 	now := time.Now()
 	if len(stats) == 0 {
 		fmt.Fprintln(w, "the outbox is empty: nothing pending, no dead letters")
 		printPauses(w, pauses, now)
+		printBreakers(w, breakers, now)
 		return
 	}
-	t := statusOf(stats, pauses, now).Totals
+	t := statusOf(stats, pauses, breakers, now).Totals
 	oldest := func(pending int64, s float64) string {
 		if pending == 0 {
 			return "-"
@@ -175,6 +186,7 @@ func printStatus(w io.Writer, stats []lease.TopicStats, pauses []lease.Pause) {
 		oldest(t.Pending-t.Paused, t.OldestPendingAgeSeconds), count(t.Dead))
 	tw.Flush()
 	printPauses(w, pauses, now)
+	printBreakers(w, breakers, now)
 	// What to do about what is stuck.
 	if t.ExpiredLeases > 0 {
 		fmt.Fprintf(w, "\n%s expired lease%s: a dispatcher died or overran its lease; the reaper requeues them (outboxctl invoke reaper)\n",
@@ -190,4 +202,24 @@ func printStatus(w io.Writer, stats []lease.TopicStats, pauses []lease.Pause) {
 	if t.Dead > 0 {
 		fmt.Fprintf(w, "\n%s dead letter%s: see why with outboxctl dead list; replay with outboxctl replay\n", count(t.Dead), plural(int(t.Dead)))
 	}
+}
+
+// printBreakers lists the open circuit breakers, for status: their
+// targets' messages are held until the next probe.
+func printBreakers(w io.Writer, breakers []gate.OpenBreaker, now time.Time) {
+	if len(breakers) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%d circuit breaker%s open (the target's messages are held, no attempt spent, until a probe succeeds):\n",
+		len(breakers), plural(len(breakers)))
+	tw := table(w)
+	fmt.Fprintln(tw, "TARGET\tSINCE\tNEXT PROBE\tWHY")
+	for _, b := range breakers {
+		next := "due now"
+		if d := b.NextProbe.Sub(now); d > 0 {
+			next = "in " + humanAge(d)
+		}
+		fmt.Fprintf(tw, "%s\t%s ago\t%s\t%s\n", truncate(b.Target, 60), humanAge(now.Sub(b.Since)), next, truncate(orDash(b.LastError), 80))
+	}
+	tw.Flush()
 }

@@ -46,7 +46,10 @@ AS $$
 --   FAILED      archived, the row moves to outbox.dead
 --   RELEASED    given back untouched: lease cleared, the claim's attempt
 --               taken back, nothing archived (the rest of an ordered run
---               after a message that was not delivered)
+--               after a message that was not delivered); with a retry_at,
+--               not due before it (a message held by its target's circuit
+--               breaker or rate limit: outbox.gate_targets). A message of
+--               a run behind its head is not written: it waits behind it.
 --
 -- hold (true) marks a RETRYABLE outcome of a configuration failure (access
 -- denied, a missing target or route): it is retried without end, never
@@ -340,8 +343,10 @@ BEGIN
             released AS (
                 UPDATE outbox.pending p
                 SET claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, run_through = NULL,
-                    attempt_count = greatest(p.attempt_count - 1, 0)
-                FROM unnest(p_ids, p_lease_tokens, p_outcomes) AS r(id, lease_token, outcome)
+                    attempt_count = greatest(p.attempt_count - 1, 0),
+                    -- Unchanged without a retry_at, so the update stays HOT.
+                    next_attempt_at = greatest(p.next_attempt_at, coalesce(r.retry_at, p.next_attempt_at))
+                FROM unnest(p_ids, p_lease_tokens, p_outcomes, p_retry_at) AS r(id, lease_token, outcome, retry_at)
                 WHERE 'RELEASED' = ANY (p_outcomes)
                   AND p.id = ANY (p_ids)
                   AND p.id = r.id

@@ -107,6 +107,10 @@ type Engine struct {
 	// maxPayload is the largest payload any route may send: a claim never
 	// loads a larger one.
 	maxPayload int
+	// gates are the targets' circuit breakers and rate limits (none: the
+	// run never asks gate), from the routes.
+	gates map[string]targetGate
+	gate  Gater
 	// lonerRunTime is lonerRunTime, apart so that a test of the runs'
 	// growth does not depend on how fast its machine publishes.
 	lonerRunTime time.Duration
@@ -131,11 +135,15 @@ func New(cfg Config, store Store, routes *route.Table, publishers map[string]pub
 		}
 		maxPayload = max(maxPayload, r.MaxPayloadBytes)
 	}
+	gates, err := targetGates(routes.Routes)
+	if err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Engine{cfg: cfg, store: store, routes: routes, publishers: publishers, log: log, maxPayload: maxPayload,
-		lonerRunTime: lonerRunTime}, nil
+		gates: gates, lonerRunTime: lonerRunTime}, nil
 }
 
 // Request is one invocation's parameters: the event's overrides applied to
@@ -168,7 +176,10 @@ type Summary struct {
 	Released int `json:"released"`
 	// Held counts the retries (among Retried) of messages held for a
 	// configuration failure: access denied, a missing target or route.
-	Held       int    `json:"held"`
+	Held int `json:"held"`
+	// Gated counts the messages (among Released) given back by their
+	// target's circuit breaker or rate limit, no attempt spent.
+	Gated      int    `json:"-"`
 	DurationMS int64  `json:"duration_ms"`
 	StoppedBy  string `json:"stopped_by"`
 	// Targets breaks the counts down by target type, for metrics.
@@ -214,6 +225,7 @@ func (s *Summary) merge(part *Summary) {
 	s.LeaseLost += part.LeaseLost
 	s.Released += part.Released
 	s.Held += part.Held
+	s.Gated += part.Gated
 	for kind, ts := range part.Targets {
 		into := s.target(kind)
 		into.Delivered += ts.Delivered
@@ -235,6 +247,9 @@ func (e *Engine) Run(ctx context.Context, req Request) (sum Summary, err error) 
 
 	if req.WorkerID == "" {
 		return sum, errors.New("dispatch: a worker id is required")
+	}
+	if len(e.gates) > 0 && e.gate == nil {
+		return sum, errors.New("dispatch: routes have circuit breakers or rate limits, but the engine has no gate store (SetGate)")
 	}
 	p := &pipeline{e: e, ctx: ctx, sum: &sum, workerID: req.WorkerID,
 		batchSize: e.cfg.BatchSize, maxBatches: e.cfg.MaxBatches, namespaces: e.cfg.Namespaces, log: req.Log}
@@ -288,6 +303,8 @@ type pending struct {
 	msg    *outboxtype.Message
 	route  *route.Route
 	result publish.Result
+	// retryAt is when a message a gate held is due again.
+	retryAt time.Time
 }
 
 // orderingKey names an ordering key; keys are scoped by namespace.
@@ -587,6 +604,7 @@ func (e *Engine) outcome(it *pending, now time.Time) lease.Result {
 		return r
 	case publish.Released:
 		r.Outcome = outboxtype.OutcomeReleased
+		r.RetryAt = it.retryAt
 		return r
 	case publish.Retryable:
 		r.ErrorCode, r.ErrorMessage = string(res.Code), errorText(res.Err)

@@ -108,7 +108,9 @@ func (p *pipeline) deliver(batch []outboxtype.Message) ([]outboxtype.Message, er
 
 	started := p.e.cfg.Clock()
 	routed := p.e.routeBatch(batch)
+	grants := p.e.gateBatch(p.ctx, p.log, p.workerID, &routed, p.sum)
 	p.e.publishBatch(p.ctx, routed)
+	p.e.recordBatch(p.ctx, p.log, p.workerID, &routed, grants, p.sum)
 	took := p.e.cfg.Clock().Sub(started)
 	p.slowestPublish = max(p.slowestPublish, took)
 	// Its completion records outcomes, not payloads: dropped now, they are

@@ -116,7 +116,7 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 		want        []want
 	}{
 		// Unknown fields and inline secrets, at every level.
-		{"unknown route field", routeTo(snsTarget, `"priority": 1`), []want{{"routes[0].priority", `unknown field "priority"; the fields of a route are name, match, target, retry, max_payload_bytes, schema`}}},
+		{"unknown route field", routeTo(snsTarget, `"priority": 1`), []want{{"routes[0].priority", `unknown field "priority"; the fields of a route are name, match, target, retry, circuit_breaker, rate_limit, max_payload_bytes, schema`}}},
 		{"unknown match field", `{"match": {"namespace": "ns", "topic": "tp", "tenant": "t"}, "target": ` + snsTarget + `}`, []want{{"routes[0].match.tenant", `unknown field "tenant"; the fields of a match are namespace, topic`}}},
 		{"unknown retry field", routeTo(snsTarget, `"retry": {"attempts": 3}`), []want{{"routes[0].retry.attempts", `unknown field "attempts"; the fields of a retry policy are max_attempts, base_delay, max_delay`}}},
 		{"unknown target field lists the type's fields", routeTo(`{"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "subject": "x"}`), []want{{"routes[0].target.subject", `unknown field "subject"; the fields of an sns target are type, timeout, concurrency, topic_arn, message_group_id`}}},

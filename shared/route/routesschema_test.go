@@ -245,19 +245,19 @@ func TestFieldsMatchTheDecodingStructs(t *testing.T) {
 // fullRoutes set every field of each target type, validly.
 var fullRoutes = map[string]string{
 	TypeSNS: `{"name": "n", "match": {"namespace": "a", "topic": "b"}, "retry": {"max_attempts": 3, "base_delay": "2s", "max_delay": "1m"},
-		"max_payload_bytes": 1000, "schema": {"type": "object"}, "on_dead": "park", "on_config_error": "dead",
+		"max_payload_bytes": 1000, "schema": {"type": "object"}, "on_dead": "park", "on_config_error": "dead", "circuit_breaker": {"failures": 5, "cool_down": "60s"}, "rate_limit": {"per_second": 100},
 		"offload": {"bucket": "b-1", "threshold_bytes": 900, "prefix": "p/", "kms_key_id": "alias/k", "url_ttl": "5m"},
 		"target": {"type": "sns", "timeout": "3s", "concurrency": 4, "topic_arn": "arn:aws:sns:eu-west-1:123456789012:p.fifo", "message_group_id": "g"}}`,
 	TypeEventBridge: `{"name": "n", "match": {"namespace": "a", "topic": "b"}, "retry": {"max_attempts": 3, "base_delay": "2s", "max_delay": "1m"},
-		"max_payload_bytes": 1000, "schema": {"type": "object"}, "on_dead": "park", "on_config_error": "dead",
+		"max_payload_bytes": 1000, "schema": {"type": "object"}, "on_dead": "park", "on_config_error": "dead", "circuit_breaker": {"failures": 5, "cool_down": "60s"}, "rate_limit": {"per_second": 100},
 		"offload": {"bucket": "b-1", "threshold_bytes": 900, "prefix": "p/", "kms_key_id": "alias/k", "url_ttl": "5m"},
 		"target": {"type": "eventbridge", "timeout": "3s", "concurrency": 4, "event_bus": "default", "source": "s.{namespace}", "detail_type": "d.{topic}"}}`,
 	TypeHTTP: `{"name": "n", "match": {"namespace": "a", "topic": "b"}, "retry": {"max_attempts": 3, "base_delay": "2s", "max_delay": "1m"},
-		"max_payload_bytes": 1000, "schema": {"type": "object"}, "on_dead": "park", "on_config_error": "dead",
+		"max_payload_bytes": 1000, "schema": {"type": "object"}, "on_dead": "park", "on_config_error": "dead", "circuit_breaker": {"failures": 5, "cool_down": "60s"}, "rate_limit": {"per_second": 100},
 		"offload": {"bucket": "b-1", "threshold_bytes": 900, "prefix": "p/", "kms_key_id": "alias/k", "url_ttl": "5m"},
 		"target": {"type": "http", "timeout": "3s", "concurrency": 4, "url": "http://127.0.0.1:8080/x", "signing_secret_env": "S", "headers": {"X-A": "b"}, "allow_insecure_http": true}}`,
 	TypeLambda: `{"name": "n", "match": {"namespace": "a", "topic": "b"}, "retry": {"max_attempts": 3, "base_delay": "2s", "max_delay": "1m"},
-		"max_payload_bytes": 1000, "schema": {"type": "object"}, "on_dead": "park", "on_config_error": "dead",
+		"max_payload_bytes": 1000, "schema": {"type": "object"}, "on_dead": "park", "on_config_error": "dead", "circuit_breaker": {"failures": 5, "cool_down": "60s"}, "rate_limit": {"per_second": 100},
 		"offload": {"bucket": "b-1", "threshold_bytes": 900, "prefix": "p/", "kms_key_id": "alias/k", "url_ttl": "5m"},
 		"target": {"type": "lambda", "timeout": "3s", "concurrency": 4, "function": "f"}}`,
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/outboxkit/dispatcher/shared/gate"
 
 	"github.com/outboxkit/dispatcher/shared/config"
 	"github.com/outboxkit/dispatcher/shared/config/dispatchconfig"
@@ -178,6 +179,7 @@ func New(ctx context.Context, cfg dispatchconfig.Dispatch, deps handler.Deps) (*
 		return nil, nil, err
 	}
 	engine.SetTracer(rt.Tracer)
+	engine.SetGate(gate.NewStore(c.Pool))
 	h := &Handler{Engine: engine, RT: rt, WorkerPrefix: rt.FunctionName(), Namespaces: cfg.Engine.Namespaces}
 	closeAll := c.Close
 	if h.Elastic, closeAll, err = newElastic(ctx, cfg, deps, c); err != nil {

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"github.com/outboxkit/dispatcher/shared/gate"
 	"slices"
 	"time"
 
@@ -79,6 +80,8 @@ type Handler struct {
 	// TopN bounds the namespace/topic pairs reported one by one.
 	TopN int
 	RT   *handler.Runtime
+	// Gate reads the open circuit breakers (nil: not reported).
+	Gate gate.Querier
 	// Now is injectable for tests.
 	Now func() time.Time
 }
@@ -101,6 +104,13 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 	if err != nil {
 		log.Error("reading outbox.pauses() failed", "error", err.Error())
 		return Snapshot{}, &handler.InvocationError{Function: "metrics", Err: err}
+	}
+	var breakers []gate.OpenBreaker
+	if h.Gate != nil {
+		if breakers, err = gate.OpenBreakers(ctx, h.Gate); err != nil {
+			log.Error("reading outbox.open_breakers() failed", "error", err.Error())
+			return Snapshot{}, &handler.InvocationError{Function: "metrics", Err: err}
+		}
 	}
 	now := time.Now
 	if h.Now != nil {
@@ -128,6 +138,12 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 	handler.Put(m, "PausedMessages", float64(t.Paused), emf.Count)
 	handler.Put(m, "Pauses", float64(len(snap.Pauses)), emf.Count)
 	handler.Put(m, "TopicCount", float64(snap.TopicCount), emf.Count)
+	// Open circuit breakers: in all (what the alarm watches), and 1 per
+	// open target, to see which.
+	handler.Put(m, "CircuitsOpen", float64(len(breakers)), emf.Count)
+	for _, b := range breakers {
+		handler.PutWith(m, []emf.Dimension{{Name: "Target", Value: b.Target}}, "CircuitOpen", 1, emf.Count)
+	}
 	rows := snap.Topics
 	if snap.Other != nil {
 		rows = append(slices.Clone(rows), *snap.Other)
@@ -150,6 +166,10 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (Snapshot, er
 		log.Warn("paused", "namespace", p.Namespace, "topic", p.Topic, "messages", p.Messages,
 			"paused_by", p.PausedBy, "db_user", p.DBUser, "reason", p.Reason, "paused_at", p.PausedAt)
 	}
+	for _, b := range breakers {
+		log.Warn("circuit breaker open: the target's messages are held until a probe succeeds", "target", b.Target,
+			"since", b.Since, "next_probe", b.NextProbe, "last_error", b.LastError)
+	}
 	log.Info("queue snapshot", "pending", t.Pending, "due", t.Due, "leased", t.Leased,
 		"expired_leases", t.ExpiredLeases, "oldest_pending_age_seconds", t.OldestPendingAgeSeconds,
 		"dead", t.Dead, "blocked_keys", t.BlockedKeys, "oldest_blocked_key_age_seconds", t.OldestBlockedKeyAgeSeconds,
@@ -166,5 +186,5 @@ func New(ctx context.Context, cfg config.Metrics, deps handler.Deps) (*Handler, 
 	if err != nil {
 		return nil, nil, err
 	}
-	return &Handler{Store: c.Store, TopN: cfg.TopN, RT: rt}, c.Close, nil
+	return &Handler{Store: c.Store, TopN: cfg.TopN, RT: rt, Gate: c.Pool}, c.Close, nil
 }
