@@ -24,6 +24,8 @@ type Report struct {
 	DrainDuration   time.Duration `json:"drain_duration"`
 	Drained         bool          `json:"drained"`
 	Postgres        string        `json:"postgres"`
+	// Autovacuum is the server's autovacuum setting and naptime.
+	Autovacuum string `json:"autovacuum"`
 
 	Producer ProducerCounts `json:"producer"`
 	Target   TargetCounts   `json:"target"`
@@ -162,6 +164,9 @@ func (r *Report) account(ctx context.Context, db *pgxpool.Pool, book *ledgerBook
 		return out, err
 	}
 	if err := one(`SHOW server_version`, &r.Postgres); err != nil {
+		return err
+	}
+	if err := one(`SELECT current_setting('autovacuum') || ', naptime ' || current_setting('autovacuum_naptime')`, &r.Autovacuum); err != nil {
 		return err
 	}
 	if err := one(`SELECT count(*) FROM shop.ledger`, &r.LedgerRows); err != nil {
@@ -502,7 +507,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n== outbox soak: %d messages, %d dispatchers, %s wall (produce %s, drain %s) ==\n",
 		c.Messages, c.Dispatchers, r.Wall.Round(time.Second), r.ProduceDuration.Round(time.Second), r.DrainDuration.Round(time.Second))
-	fmt.Fprintf(w, "machine: %d CPUs (%s), %d GiB, %s, %s, PostgreSQL %s\n\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.OS, r.Machine.Go, r.Postgres)
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %d GiB, %s, %s, PostgreSQL %s (autovacuum %s)\n\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.OS, r.Machine.Go, r.Postgres, r.Autovacuum)
 
 	fmt.Fprintf(w, "faults injected\n")
 	fmt.Fprintf(w, "  dispatch processes SIGKILLed        %8d  (%d with rows leased; %d overran and were killed, %d crashed)\n", f.Kills, f.KillsMidBatch, f.Overruns, f.Crashes)
