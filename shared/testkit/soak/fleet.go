@@ -112,6 +112,10 @@ type worker struct {
 	// stopped is set while the worker's process is SIGSTOPped for a
 	// takeover, until its invocation answers.
 	stopped atomic.Bool
+	// frozen is set from just before SIGSTOP to just after SIGCONT: the
+	// killer leaves the worker alone (a kill would end the takeover, and
+	// SIGCONT would go to a pid that may be reused).
+	frozen atomic.Bool
 }
 
 func (f *fleet) add(fn func(*FleetCounts)) {
@@ -342,7 +346,7 @@ func (f *fleet) kill(ctx context.Context) {
 		w.mu.Lock()
 		fn := w.fn
 		w.mu.Unlock()
-		if fn == nil || !w.busy.Load() {
+		if fn == nil || !w.busy.Load() || w.frozen.Load() {
 			continue
 		}
 		w.killed.Store(true)
@@ -372,13 +376,16 @@ func (f *fleet) takeover(ctx context.Context) error {
 			continue
 		}
 		pid := fn.PID()
+		w.frozen.Store(true)
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			w.frozen.Store(false)
 			continue
 		}
 		ids := f.leasedBy(ctx, w.name)
 		if len(ids) == 0 {
 			// Between batches: nothing to take over; let it go on.
 			_ = syscall.Kill(pid, syscall.SIGCONT)
+			w.frozen.Store(false)
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
@@ -396,6 +403,7 @@ func (f *fleet) takeover(ctx context.Context) error {
 			WHERE NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = x.id AND p.claimed_by LIKE $2)`,
 			ids, w.name+":%").Scan(&taken)
 		_ = syscall.Kill(pid, syscall.SIGCONT)
+		w.frozen.Store(false)
 		if err != nil {
 			return fmt.Errorf("takeover of %s: counting the rows taken over: %w", w.name, err)
 		}
