@@ -392,16 +392,25 @@ func (f *fleet) takeover(ctx context.Context) error {
 		w.stopped.Store(true)
 		f.log("%s stopped (SIGSTOP) holding %d leased rows", w.name, len(ids))
 		f.inflight.add(&f.inflight.atTakeovers, ids)
-		select {
-		case <-ctx.Done():
-		case <-time.After(f.cfg.Lease + 2*f.cfg.ReaperEvery):
-		}
-		// Taken over: no longer leased by the stopped worker (requeued by
-		// the reaper or a claim, and perhaps delivered since).
+		// Stopped for the lease and two reaper runs at least, and until
+		// some of its rows are taken over (however slow the machine):
+		// no longer leased by the stopped worker (requeued by the reaper
+		// or a claim, and perhaps delivered since).
 		var taken int64
-		err := f.admin.QueryRow(context.WithoutCancel(ctx), `SELECT count(*) FROM unnest($1::uuid[]) AS x(id)
-			WHERE NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = x.id AND p.claimed_by LIKE $2)`,
-			ids, w.name+":%").Scan(&taken)
+		var err error
+		for until := time.Now().Add(f.cfg.Lease + 2*f.cfg.ReaperEvery); ; {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(until)):
+			}
+			err = f.admin.QueryRow(context.WithoutCancel(ctx), `SELECT count(*) FROM unnest($1::uuid[]) AS x(id)
+				WHERE NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = x.id AND p.claimed_by LIKE $2)`,
+				ids, w.name+":%").Scan(&taken)
+			if taken > 0 || ctx.Err() != nil {
+				break
+			}
+			until = time.Now().Add(250 * time.Millisecond)
+		}
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 		w.frozen.Store(false)
 		if err != nil {

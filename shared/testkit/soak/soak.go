@@ -435,10 +435,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			target.Stick(stuckKey)
 			logf("the target refuses every call for %s", stuckKey)
 			// At least StuckFor, and until the key's head has been refused
-			// at least once (bounded: a key with nothing to send is not
-			// stuck).
-			for time.Since(w.Start) < cfg.StuckFor || (target.stuckRefused.Load() == 0 && time.Since(w.Start) < 4*cfg.StuckFor) {
-				if runCtx.Err() != nil {
+			// and another message delivered meanwhile, however slow the
+			// machine; but no longer than the production (a key with
+			// nothing left to send is not stuck, and would hold the drain).
+			others := target.firstDeliveries.Load()
+			for runCtx.Err() == nil {
+				enough := time.Since(w.Start) >= cfg.StuckFor
+				seen := target.stuckRefused.Load() > 0 && target.firstDeliveries.Load() > others
+				done := false
+				select {
+				case <-produced:
+					done = true
+				default:
+				}
+				if enough && (seen || done) {
 					break
 				}
 				time.Sleep(50 * time.Millisecond)
