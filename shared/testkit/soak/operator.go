@@ -90,13 +90,14 @@ func (o *operator) run(ctx context.Context, args ...string) ([]byte, error) {
 	}
 }
 
-// deadLetters lists up to 1000 dead letters (outboxctl dead list --json).
-func (o *operator) deadLetters(ctx context.Context) ([]struct {
+// deadLetters lists up to 1000 dead letters, oldest first (outboxctl dead
+// list --json, with filter's flags).
+func (o *operator) deadLetters(ctx context.Context, filter ...string) ([]struct {
 	ID          uuid.UUID `json:"id"`
 	OrderingKey string    `json:"ordering_key"`
 	HoldsKey    bool      `json:"holds_key"`
 }, error) {
-	out, err := o.run(ctx, "dead", "list", "--json", "--limit", "1000")
+	out, err := o.run(ctx, append([]string{"dead", "list", "--json", "--limit", "1000"}, filter...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -120,10 +121,22 @@ func (o *operator) deadLetters(ctx context.Context) ([]struct {
 // would deliver it out of order — what an operator of a payment stream
 // would not do (and what the order check would rightly count).
 // unorderedToo false replays only the parked heads.
+//
+// The listings are filtered so that the letters left dead for good (the
+// skip route's ordered ones) cannot fill the 1,000 a listing shows and
+// hide those to replay: transfer's letters are all replayed (its route
+// parks), and usage_record's are looked at for the last two minutes only.
 func (o *operator) replayDead(ctx context.Context, unorderedToo bool) error {
-	letters, err := o.deadLetters(ctx)
+	letters, err := o.deadLetters(ctx, "--topic", "transfer")
 	if err != nil {
 		return err
+	}
+	if unorderedToo {
+		more, err := o.deadLetters(ctx, "--topic", "usage_record", "--failed-after", "2m")
+		if err != nil {
+			return err
+		}
+		letters = append(letters, more...)
 	}
 	args := []string{"replay", "--yes", "--reason", "soak: the target is fixed"}
 	var n, parked int64
