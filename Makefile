@@ -112,10 +112,12 @@ bench-deployment: ## The deployment under the Lambda emulation: dispatch with th
 # ---- Reliability: the fault-injection soak and the fuzz targets ----
 .PHONY: soak fuzz
 # The soak reads SOAK_MESSAGES, SOAK_KILLS, SOAK_RESTARTS, SOAK_BURSTS,
-# SOAK_DISPATCHERS, SOAK_PRODUCERS, SOAK_TIMEOUT and SOAK_JSON (shared/testkit/soak/cmd/soak).
+# SOAK_DISPATCHERS, SOAK_PRODUCERS, SOAK_TIMEOUT, SOAK_PAUSES, SOAK_TAKEOVERS,
+# SOAK_READ_ONLY_TURNS, SOAK_POOLER (pgbouncer) and SOAK_JSON (shared/testkit/soak/cmd/soak).
 export SOAK_MESSAGES SOAK_KILLS SOAK_RESTARTS SOAK_BURSTS SOAK_DISPATCHERS SOAK_PRODUCERS SOAK_TIMEOUT SOAK_JSON
+export SOAK_PAUSES SOAK_TAKEOVERS SOAK_READ_ONLY_TURNS SOAK_POOLER
 
-soak: ## Fault-injection soak: 1,000,000 messages (SOAK_MESSAGES=n for fewer) through 8 real dispatch processes, with kills, PostgreSQL restarts and a failing target; prints the figures (docs/RELIABILITY.md)
+soak: ## Fault-injection soak: 1,000,000 messages (SOAK_MESSAGES=n for fewer) through 8 real dispatch processes, with kills, PostgreSQL restarts and read-only turns, lease takeovers, operator pauses and replays, and a failing target (SOAK_POOLER=pgbouncer: through PgBouncer); prints the figures (docs/RELIABILITY.md)
 	$(GO) run ./shared/testkit/soak/cmd/soak
 
 .PHONY: statemachine

@@ -14,7 +14,8 @@ AS $$
 -- now, not the transaction's start) as outbox.requeue_expired_leases does,
 -- with an ordered run repaired whole. Claims take over expired leases too;
 -- the reaper is the sweeper for the namespaces nobody claims. Also settles
--- the keys dispatchers had to leave unsettled.
+-- the keys dispatchers had to leave unsettled, and unmarks messages
+-- marked paused by a pause that no longer exists.
 DECLARE
     v_repaired integer;
 BEGIN
@@ -32,6 +33,18 @@ BEGIN
 
     v_repaired := outbox.requeue_expired_leases(p_batch_size, p_worker_id, p_max_attempts, clock_timestamp(), NULL);
     PERFORM outbox.settle_unsettled(1000);
+    -- A producer transaction open while a pause was lifted marked its
+    -- messages paused (it saw the pause), and the resume could not see
+    -- them to unmark them: out of the claim index with no pause left to
+    -- end. Unmark them here (by pending_paused, a few rows at most). Should
+    -- this unmark a row a pause committing now has just marked, the claim
+    -- still refuses it by outbox.paused, as it does any missed mark.
+    UPDATE outbox.pending p SET paused = false
+    WHERE p.ctid = ANY (ARRAY(
+        SELECT q.ctid FROM outbox.pending q
+        WHERE q.paused AND NOT outbox.is_paused(q.namespace, q.topic)
+        LIMIT 10000
+        FOR UPDATE SKIP LOCKED));
     RETURN v_repaired;
 END;
 $$;

@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -54,7 +55,7 @@ type Bouncer struct {
 // when t ends.
 func Start(t testing.TB) *Bouncer {
 	t.Helper()
-	b, err := start()
+	b, err := StartFor(pgtest.URL())
 	if err != nil {
 		t.Fatalf("pgbouncer: %v", err)
 	}
@@ -74,6 +75,9 @@ func (b *Bouncer) URL(t testing.TB, dbURL string) string {
 	return through
 }
 
+// Through is dbURL with its host and port replaced by the bouncer's.
+func (b *Bouncer) Through(dbURL string) (string, error) { return b.through(dbURL) }
+
 func (b *Bouncer) through(dbURL string) (string, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -86,14 +90,18 @@ func (b *Bouncer) through(dbURL string) (string, error) {
 // Output is what PgBouncer logged so far (it logs to stderr).
 func (b *Bouncer) Output() string { return b.output.String() }
 
-func start() (*Bouncer, error) {
+// StartFor runs a PgBouncer in front of the server of serverURL (its host
+// and port), for a program that owns its own server (the soak). Its user,
+// and the extra users (trust authentication still wants each in the auth
+// file), may log in through it. Stop it with Stop.
+func StartFor(serverURL string, users ...string) (*Bouncer, error) {
 	binary, err := lookPath()
 	if err != nil {
 		return nil, err
 	}
-	server, err := url.Parse(pgtest.URL())
+	server, err := url.Parse(serverURL)
 	if err != nil || server.Hostname() == "" {
-		return nil, fmt.Errorf("OUTBOX_TEST_DATABASE_URL must be a postgres:// URL with a host, got %q", pgtest.URL())
+		return nil, fmt.Errorf("the server must be a postgres:// URL with a host, got %q", serverURL)
 	}
 	port := server.Port()
 	if port == "" {
@@ -129,7 +137,7 @@ auth_file = %s
 `, server.Hostname(), port, listen, filepath.Join(dir, "userlist.txt"))
 	files := map[string]string{
 		"pgbouncer.ini": ini,
-		"userlist.txt":  strconv.Quote(user) + ` ""` + "\n",
+		"userlist.txt":  userlist(append([]string{user}, users...)),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
@@ -154,7 +162,7 @@ auth_file = %s
 		os.RemoveAll(dir)
 		close(b.exited)
 	}()
-	if err := b.await(); err != nil {
+	if err := b.await(serverURL); err != nil {
 		b.stop()
 		return nil, err
 	}
@@ -189,10 +197,10 @@ const startupCeiling = time.Minute
 
 // await waits until a client gets through PgBouncer to the server, or
 // PgBouncer exits.
-func (b *Bouncer) await() error {
+func (b *Bouncer) await(serverURL string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), startupCeiling)
 	defer cancel()
-	through, err := b.through(pgtest.URL())
+	through, err := b.through(serverURL)
 	if err != nil {
 		return err
 	}
@@ -216,6 +224,17 @@ func (b *Bouncer) await() error {
 		}
 	}
 }
+
+func userlist(users []string) string {
+	var b strings.Builder
+	for _, u := range users {
+		b.WriteString(strconv.Quote(u) + ` ""` + "\n")
+	}
+	return b.String()
+}
+
+// Stop shuts PgBouncer down and waits for it.
+func (b *Bouncer) Stop() { b.stop() }
 
 // stop shuts PgBouncer down (SIGTERM: at once, closing its connections)
 // and waits for it.

@@ -24,6 +24,34 @@
 //
 // The dispatchers log in as a user granted only outbox_dispatcher, the
 // producers as one granted only outbox_producer (and their ledger table).
+// With Config.Pooler "pgbouncer" (SOAK_POOLER=pgbouncer) the functions
+// connect through PgBouncer in transaction mode with its default settings,
+// OUTBOX_DB_POOLER=transaction.
+//
+// # The operator, and the field's other faults
+//
+// Beside the kills and restarts, the schedule has what production adds:
+//
+//   - the operator, from separate processes (the outboxctl binary, built
+//     once): pauses the topic usage_record and resumes it later; replays,
+//     every ReplayEvery while the producers run, the dead letters the
+//     failing target produced (those without an ordering key) and the
+//     parked heads of the transfer route (on_dead: park), which releases
+//     their keys; during the drain it goes on releasing parked keys;
+//   - a stuck key: the target refuses every call for payments:acct-0 for
+//     StuckFor while the others flow, then recovers;
+//   - a lease takeover: a dispatcher holding leased rows is stopped
+//     (SIGSTOP) for its lease and two reaper runs, so that the reaper or a
+//     claim takes its rows over, then resumed (SIGCONT);
+//   - read-only turns: ALTER SYSTEM SET default_transaction_read_only = on
+//     and a reload, as a failover onto a server that is still a replica
+//     looks to a warm function, then back.
+//
+// A pause holds a message when no call for it reaches the target between
+// the pause's commit and its resume. The leases held when the pause has
+// committed are listed at once: those messages are in flight and may
+// finish; any other call for the topic that arrives (at the target, before
+// any injected hold) inside the window is a violation, which fails the run.
 //
 // # How each figure is counted
 //
@@ -44,8 +72,8 @@
 // check and reached deduplication, and was answered 200 — as handled, or
 // as a duplicate. Duplicates are deliveries beyond each message's first.
 // They are bounded by the messages in flight when a fault struck: the
-// distinct messages leased by a dispatcher when it was killed, leased when
-// PostgreSQL restarted, or still leased by a dispatcher after one of its
+// distinct messages leased by a dispatcher when it was killed or stopped
+// for a takeover, leased when PostgreSQL restarted or turned read-only, or still leased by a dispatcher after one of its
 // invocations failed (a completion lost to the restart); plus every call
 // the dispatchers sent and got no answer to (attempts archived with
 // TIMEOUT, CANCELED or NETWORK); plus stale completions (lease_lost).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,6 +43,13 @@ type FleetCounts struct {
 	MetricsRuns      int64 `json:"metrics_invocations"`
 	MetricsErrors    int64 `json:"metrics_errors"`
 	DoubleDispatch   int64 `json:"double_dispatch_backstop_fired"`
+	// Takeovers: dispatchers stopped (SIGSTOP) past their lease while they
+	// held rows, and resumed (SIGCONT) once others had taken the rows over.
+	Takeovers         int64 `json:"takeovers"`
+	LeasedAtTakeovers int64 `json:"leased_at_takeovers"`
+	TakenOver         int64 `json:"taken_over"`
+	// ResumedAnswers are what each resumed dispatcher's invocation answered.
+	ResumedAnswers []string `json:"resumed_answers,omitempty"`
 }
 
 // inflight collects the message ids that were leased when a fault struck:
@@ -51,8 +59,8 @@ type inflight struct {
 	// atKills sums the leased rows found at each kill (the estimate the
 	// bound uses); atRestarts at each database restart; orphans after
 	// invocations that failed (a completion lost to a restart).
-	atKills, atRestarts, orphans int64
-	ids                          map[uuid.UUID]struct{}
+	atKills, atRestarts, orphans, atTakeovers, atReadOnly int64
+	ids                                                   map[uuid.UUID]struct{}
 }
 
 func (f *inflight) add(kind *int64, ids []uuid.UUID) {
@@ -101,6 +109,13 @@ type worker struct {
 	busy atomic.Bool
 	// killed is set by the killer just before it sends SIGKILL.
 	killed atomic.Bool
+	// stopped is set while the worker's process is SIGSTOPped for a
+	// takeover, until its invocation answers.
+	stopped atomic.Bool
+	// frozen is set from just before SIGSTOP to just after SIGCONT: the
+	// killer leaves the worker alone (a kill would end the takeover, and
+	// SIGCONT would go to a pid that may be reused).
+	frozen atomic.Bool
 }
 
 func (f *fleet) add(fn func(*FleetCounts)) {
@@ -113,7 +128,9 @@ func (f *fleet) add(fn func(*FleetCounts)) {
 func (f *fleet) Counts() FleetCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.counts
+	c := f.counts
+	c.ResumedAnswers = append([]string(nil), c.ResumedAnswers...)
+	return c
 }
 
 func (f *fleet) launch(binary, name string, extra ...string) (*lambdatest.Function, error) {
@@ -173,11 +190,26 @@ func (f *fleet) dispatchLoop(ctx context.Context, w *worker) {
 		}
 		event := f.events[n%len(f.events)]
 		w.busy.Store(true)
-		ictx, cancel := context.WithTimeout(ctx, f.cfg.Budget+15*time.Second)
+		// Room for a takeover's stop (a lease and two reaper runs) before
+		// the process counts as overrunning.
+		ictx, cancel := context.WithTimeout(ctx, f.cfg.Budget+f.cfg.Lease+2*f.cfg.ReaperEvery+15*time.Second)
 		resp, err := fn.Invoke(ictx, event, f.cfg.Budget)
 		cancel()
 		w.busy.Store(false)
 		f.add(func(c *FleetCounts) { c.Invocations++ })
+		if w.stopped.Swap(false) {
+			answer := ""
+			switch {
+			case err != nil:
+				answer = "no answer: " + err.Error()
+			case resp.Err != nil:
+				answer = "error: " + resp.Err.Error()
+			default:
+				answer = "summary: " + string(resp.Body)
+			}
+			f.add(func(c *FleetCounts) { c.ResumedAnswers = append(c.ResumedAnswers, answer) })
+			f.log("%s resumed after its takeover answered %.300s", w.name, answer)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
@@ -314,7 +346,7 @@ func (f *fleet) kill(ctx context.Context) {
 		w.mu.Lock()
 		fn := w.fn
 		w.mu.Unlock()
-		if fn == nil || !w.busy.Load() {
+		if fn == nil || !w.busy.Load() || w.frozen.Load() {
 			continue
 		}
 		w.killed.Store(true)
@@ -322,6 +354,77 @@ func (f *fleet) kill(ctx context.Context) {
 		f.add(func(c *FleetCounts) { c.Kills++ })
 		return
 	}
+}
+
+// takeover stops (SIGSTOP) a worker in the middle of an invocation while
+// it holds leased rows, keeps it stopped past its lease and two reaper runs
+// (so that the reaper or another dispatcher's claim takes its rows over),
+// then resumes it (SIGCONT). What it then does with its stale batch is
+// fenced: its completion, if it makes one, is refused as lease_lost.
+func (f *fleet) takeover(ctx context.Context) error {
+	for ctx.Err() == nil {
+		w := f.workers[rand.IntN(len(f.workers))]
+		if !w.busy.Load() {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		time.Sleep(rand.N(f.cfg.Budget / 4))
+		w.mu.Lock()
+		fn := w.fn
+		w.mu.Unlock()
+		if fn == nil || !w.busy.Load() {
+			continue
+		}
+		pid := fn.PID()
+		w.frozen.Store(true)
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			w.frozen.Store(false)
+			continue
+		}
+		ids := f.leasedBy(ctx, w.name)
+		if len(ids) == 0 {
+			// Between batches: nothing to take over; let it go on.
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			w.frozen.Store(false)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		w.stopped.Store(true)
+		f.log("%s stopped (SIGSTOP) holding %d leased rows", w.name, len(ids))
+		f.inflight.add(&f.inflight.atTakeovers, ids)
+		// Stopped for the lease and two reaper runs at least, and until
+		// some of its rows are taken over (however slow the machine):
+		// no longer leased by the stopped worker (requeued by the reaper
+		// or a claim, and perhaps delivered since).
+		var taken int64
+		var err error
+		for until := time.Now().Add(f.cfg.Lease + 2*f.cfg.ReaperEvery); ; {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(until)):
+			}
+			err = f.admin.QueryRow(context.WithoutCancel(ctx), `SELECT count(*) FROM unnest($1::uuid[]) AS x(id)
+				WHERE NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = x.id AND p.claimed_by LIKE $2)`,
+				ids, w.name+":%").Scan(&taken)
+			if taken > 0 || ctx.Err() != nil {
+				break
+			}
+			until = time.Now().Add(250 * time.Millisecond)
+		}
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		w.frozen.Store(false)
+		if err != nil {
+			return fmt.Errorf("takeover of %s: counting the rows taken over: %w", w.name, err)
+		}
+		f.add(func(c *FleetCounts) {
+			c.Takeovers++
+			c.LeasedAtTakeovers += int64(len(ids))
+			c.TakenOver += taken
+		})
+		f.log("%s resumed (SIGCONT): %d of its %d leased rows taken over", w.name, taken, len(ids))
+		return nil
+	}
+	return ctx.Err()
 }
 
 func (f *fleet) reaperLoop(ctx context.Context) {

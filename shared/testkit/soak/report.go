@@ -24,11 +24,26 @@ type Report struct {
 	DrainDuration   time.Duration `json:"drain_duration"`
 	Drained         bool          `json:"drained"`
 	Postgres        string        `json:"postgres"`
+	// Autovacuum is the server's autovacuum setting and naptime.
+	Autovacuum string `json:"autovacuum"`
 
 	Producer ProducerCounts `json:"producer"`
 	Target   TargetCounts   `json:"target"`
 	Fleet    FleetCounts    `json:"fleet"`
 	Restarts []Restart      `json:"restarts"`
+	// ReadOnlyTurns counts the times the server turned read-only and back.
+	ReadOnlyTurns int64 `json:"read_only_turns"`
+	// Operator is what outboxctl did; PauseViolations (in it) counts the
+	// calls for a paused topic's messages that reached the target while it
+	// was paused, but for those in flight at the pause: it must be 0.
+	Operator OperatorCounts `json:"operator"`
+	// Stuck is the stuck key's window; StuckOthersDelivered the other
+	// messages first delivered in it (the others flow), StuckKeyMessages
+	// and StuckKeyDelivered the key's own messages and those delivered.
+	Stuck                *StuckWindow `json:"stuck,omitempty"`
+	StuckOthersDelivered int64        `json:"stuck_others_delivered"`
+	StuckKeyMessages     int64        `json:"stuck_key_messages"`
+	StuckKeyDelivered    int64        `json:"stuck_key_delivered"`
 
 	// Committed are the messages whose producer transaction committed;
 	// LedgerRows the business rows in the database (one per message).
@@ -57,6 +72,8 @@ type Report struct {
 	// The duplicate bound: the messages in flight when a fault struck.
 	LeasedAtKills    int64 `json:"leased_at_kills"`
 	LeasedAtRestarts int64 `json:"leased_at_restarts"`
+	LeasedAtReadOnly int64 `json:"leased_at_read_only_turns"`
+	LeasedAtTakeover int64 `json:"leased_at_takeovers"`
 	Orphaned         int64 `json:"orphaned_after_failed_invocations"`
 	InFlightAtFaults int64 `json:"in_flight_at_faults_distinct"`
 	UnansweredCalls  int64 `json:"unanswered_calls"`
@@ -114,13 +131,18 @@ func (p Percentiles) String() string {
 // but got no answer to: the target may have processed them.
 var unansweredCodes = []string{"TIMEOUT", "CANCELED", "NETWORK"}
 
-func (r *Report) account(ctx context.Context, db *pgxpool.Pool, book *ledgerBook, target *Target, flt *fleet, faults *faultLog) error {
+func (r *Report) account(ctx context.Context, db *pgxpool.Pool, book *ledgerBook, target *Target, flt *fleet, faults *faultLog, op *operator) error {
 	book.mu.Lock()
 	defer book.mu.Unlock()
 	r.Producer = book.stats
 	r.Target = target.Counts()
 	r.Fleet = flt.Counts()
 	r.Restarts = faults.restarts()
+	r.Operator = op.Counts()
+	pauses := op.Windows()
+	if r.Stuck != nil {
+		r.Stuck.Duration = r.Stuck.End.Sub(r.Stuck.Start)
+	}
 	r.Committed = int64(len(book.committed))
 	r.StaleCompletions = r.Fleet.LeaseLost
 
@@ -142,6 +164,9 @@ func (r *Report) account(ctx context.Context, db *pgxpool.Pool, book *ledgerBook
 		return out, err
 	}
 	if err := one(`SHOW server_version`, &r.Postgres); err != nil {
+		return err
+	}
+	if err := one(`SELECT current_setting('autovacuum') || ', naptime ' || current_setting('autovacuum_naptime')`, &r.Autovacuum); err != nil {
 		return err
 	}
 	if err := one(`SELECT count(*) FROM shop.ledger`, &r.LedgerRows); err != nil {
@@ -234,6 +259,17 @@ func (r *Report) account(ctx context.Context, db *pgxpool.Pool, book *ledgerBook
 			continue // the sender gave up while a duplicate was held: nothing handled, nothing answered
 		}
 		r.Deliveries++
+		for _, w := range pauses {
+			if d.topic == w.Topic && d.arrived.After(w.Start) && d.arrived.Before(w.End) {
+				if _, inFlight := w.inFlight[d.id]; !inFlight {
+					r.Operator.PauseViolations++
+				}
+			}
+		}
+		if s := r.Stuck; s != nil && d.outcome.Load() == outcomeNew && d.orderKey != s.Key &&
+			d.received.After(s.Start) && d.received.Before(s.End) {
+			r.StuckOthersDelivered++
+		}
 		msg, known := book.committed[d.id]
 		if !known {
 			_, rb := book.rolledBack[d.id]
@@ -300,6 +336,12 @@ func (r *Report) account(ctx context.Context, db *pgxpool.Pool, book *ledgerBook
 				r.UnexplainedDuplicates++
 			}
 		}
+		if r.Stuck != nil && m.orderKey == r.Stuck.Key {
+			r.StuckKeyMessages++
+			if n > 0 {
+				r.StuckKeyDelivered++
+			}
+		}
 		if m.orderKey != "" {
 			r.OrderedMessages++
 			seqs[m.orderKey] = append(seqs[m.orderKey], m.seq)
@@ -327,6 +369,7 @@ func (r *Report) account(ctx context.Context, db *pgxpool.Pool, book *ledgerBook
 
 	flt.inflight.mu.Lock()
 	r.LeasedAtKills, r.LeasedAtRestarts, r.Orphaned = flt.inflight.atKills, flt.inflight.atRestarts, flt.inflight.orphans
+	r.LeasedAtReadOnly, r.LeasedAtTakeover = flt.inflight.atReadOnly, flt.inflight.atTakeovers
 	r.InFlightAtFaults = int64(len(flt.inflight.ids))
 	flt.inflight.mu.Unlock()
 	r.DuplicateBound = r.InFlightAtFaults + r.UnansweredCalls + r.StaleCompletions
@@ -403,6 +446,39 @@ func (r *Report) Check() error {
 	if len(r.Restarts) < c.PGRestarts {
 		fail("only %d of %d PostgreSQL restarts happened", len(r.Restarts), c.PGRestarts)
 	}
+	o := r.Operator
+	if o.PauseViolations != 0 {
+		fail("%d calls for paused messages reached the target before their resume", o.PauseViolations)
+	}
+	if o.Pauses < int64(c.Pauses) {
+		fail("only %d of %d pauses happened", o.Pauses, c.Pauses)
+	} else if c.Pauses > 0 && o.PausedHeld == 0 {
+		fail("the pauses held no message")
+	}
+	if c.FailRate > 0 && c.ReplayEvery > 0 && o.Replayed == 0 {
+		fail("no dead letter was replayed")
+	}
+	if c.FailRate > 0 && o.ParkedReleased == 0 {
+		fail("no parked key was released")
+	}
+	if c.StuckFor > 0 {
+		switch {
+		case r.Stuck == nil:
+			fail("the stuck key never was")
+		case r.Target.StuckRefused == 0:
+			fail("the stuck key %s had nothing refused", r.Stuck.Key)
+		case r.StuckOthersDelivered == 0:
+			fail("nothing else was delivered while %s was stuck", r.Stuck.Key)
+		}
+	}
+	if r.Fleet.Takeovers < int64(c.Takeovers) {
+		fail("only %d of %d lease takeovers happened", r.Fleet.Takeovers, c.Takeovers)
+	} else if r.Fleet.TakenOver == 0 && c.Takeovers > 0 {
+		fail("no row of a stopped dispatcher was taken over")
+	}
+	if r.ReadOnlyTurns < int64(c.ReadOnlyTurns) {
+		fail("only %d of %d read-only turns happened", r.ReadOnlyTurns, c.ReadOnlyTurns)
+	}
 	t := r.Target
 	if c.FailRate > 0 && (t.Injected5xx == 0 || t.Injected429 == 0 || t.Injected4xx == 0) {
 		fail("injected failures missing: %d 5xx, %d 429, %d 4xx", t.Injected5xx, t.Injected429, t.Injected4xx)
@@ -431,13 +507,28 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n== outbox soak: %d messages, %d dispatchers, %s wall (produce %s, drain %s) ==\n",
 		c.Messages, c.Dispatchers, r.Wall.Round(time.Second), r.ProduceDuration.Round(time.Second), r.DrainDuration.Round(time.Second))
-	fmt.Fprintf(w, "machine: %d CPUs (%s), %d GiB, %s, %s, PostgreSQL %s\n\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.OS, r.Machine.Go, r.Postgres)
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %d GiB, %s, %s, PostgreSQL %s (autovacuum %s)\n\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.OS, r.Machine.Go, r.Postgres, r.Autovacuum)
 
 	fmt.Fprintf(w, "faults injected\n")
 	fmt.Fprintf(w, "  dispatch processes SIGKILLed        %8d  (%d with rows leased; %d overran and were killed, %d crashed)\n", f.Kills, f.KillsMidBatch, f.Overruns, f.Crashes)
 	for i, rs := range r.Restarts {
 		fmt.Fprintf(w, "  PostgreSQL restart %d, -m %-9s     %8s  until it accepted connections again (%d rows leased)\n", i+1, rs.Mode, rs.Downtime.Round(time.Millisecond), rs.Leased)
 	}
+	fmt.Fprintf(w, "  read-only turns (25006)             %8d  (%s each; %d rows leased at them)\n", r.ReadOnlyTurns, c.ReadOnlyFor, r.LeasedAtReadOnly)
+	fmt.Fprintf(w, "  lease takeovers (SIGSTOP/SIGCONT)   %8d  (%d rows leased when stopped, %d taken over by others)\n", f.Takeovers, f.LeasedAtTakeovers, f.TakenOver)
+	for _, a := range f.ResumedAnswers {
+		fmt.Fprintf(w, "    resumed dispatcher answered       %.160s\n", a)
+	}
+	if s := r.Stuck; s != nil {
+		fmt.Fprintf(w, "  stuck key %-22s    %8s  (%d calls refused; %d other messages first delivered meanwhile)\n", s.Key, s.Duration.Round(time.Millisecond), t.StuckRefused, r.StuckOthersDelivered)
+	}
+	if c.Pooler != "" {
+		fmt.Fprintf(w, "  connection pooler                   %8s  (transaction mode, between the functions and PostgreSQL)\n", c.Pooler)
+	}
+	o := r.Operator
+	fmt.Fprintf(w, "operator (outboxctl, %d commands, %d retried)\n", o.Commands, o.CommandRetries)
+	fmt.Fprintf(w, "  topic pauses, then resumes          %8d  (%d messages held, %d in flight at the pause)\n", o.Pauses, o.PausedHeld, o.PausedInFlight)
+	fmt.Fprintf(w, "  dead letters replayed               %8d  (%d commands; %d parked keys released)\n", o.Replayed, o.ReplayCommands, o.ParkedReleased)
 	fmt.Fprintf(w, "  target calls                        %8d\n", t.Calls)
 	fmt.Fprintf(w, "    injected 5xx                      %8d  (%s)\n", t.Injected5xx, pct(t.Injected5xx, t.Calls))
 	fmt.Fprintf(w, "    injected 429 + Retry-After        %8d  (%s)\n", t.Injected429, pct(t.Injected429, t.Calls))
@@ -460,9 +551,14 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  dead-lettered                       %8d  (%s; %d of them also delivered)\n", r.Dead, codes(r.DeadCodes), r.DeliveredAndDead)
 	fmt.Fprintf(w, "  LOST                                %8d\n", r.Lost)
 	fmt.Fprintf(w, "  duplicates (deliveries beyond first)%8d  on %d messages; bound %d\n", r.Duplicates, r.DuplicatedMessages, r.DuplicateBound)
-	fmt.Fprintf(w, "    bound = in flight at faults %d (distinct; leased at kills %d, at restarts %d, orphaned %d)\n", r.InFlightAtFaults, r.LeasedAtKills, r.LeasedAtRestarts, r.Orphaned)
+	fmt.Fprintf(w, "    bound = in flight at faults %d (distinct; leased at kills %d, at restarts %d, at read-only turns %d, at takeovers %d, orphaned %d)\n",
+		r.InFlightAtFaults, r.LeasedAtKills, r.LeasedAtRestarts, r.LeasedAtReadOnly, r.LeasedAtTakeover, r.Orphaned)
 	fmt.Fprintf(w, "            + unanswered calls %d + stale completions %d\n", r.UnansweredCalls, r.StaleCompletions)
 	fmt.Fprintf(w, "    unexplained duplicates            %8d\n", r.UnexplainedDuplicates)
+	fmt.Fprintf(w, "  paused messages delivered in pause  %8d  (calls that reached the target between a pause and its resume, in-flight excepted)\n", o.PauseViolations)
+	if r.Stuck != nil {
+		fmt.Fprintf(w, "  stuck key's messages delivered      %8d  of %d\n", r.StuckKeyDelivered, r.StuckKeyMessages)
+	}
 	fmt.Fprintf(w, "  per-key order violations            %8d  (late duplicates %d, sequence gaps %d)\n", r.OrderViolations, r.LateDuplicates, r.SequenceGaps)
 	fmt.Fprintf(w, "  rolled-back messages delivered      %8d  (found in the outbox tables: %d)\n", r.RolledBackDelivered, r.RolledBackInDatabase)
 	fmt.Fprintf(w, "  stale completions rejected          %8d  (lease_lost)\n", r.StaleCompletions)

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxkit/dispatcher/migrations"
 	"github.com/outboxkit/dispatcher/shared/publish/webhook"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
+	"github.com/outboxkit/dispatcher/shared/testkit/pgbouncer"
 )
 
 // Config sizes a soak run. Zero fields take the defaults of DefaultConfig.
@@ -73,6 +74,30 @@ type Config struct {
 	// Timeout bounds the whole run; DrainTimeout the wait for the queue to
 	// empty once the producers are done.
 	Timeout, DrainTimeout time.Duration
+	// Pauses is how many times the operator pauses the topic usage_record
+	// (outboxctl pause) for PauseFor, then resumes it.
+	Pauses   int
+	PauseFor time.Duration
+	// ReplayEvery is how often the operator replays dead letters
+	// (outboxctl dead list, outboxctl replay) while the producers run:
+	// those without an ordering key, and the parked heads of the transfer
+	// topic's route (on_dead: park), which releases their keys.
+	ReplayEvery time.Duration
+	// StuckFor is how long the target refuses every call for one ordering
+	// key (a stuck key) while the others flow; at least until it has
+	// refused one. Zero: no stuck key.
+	StuckFor time.Duration
+	// Takeovers is how many times a dispatcher is stopped (SIGSTOP) past
+	// its lease holding rows, and resumed.
+	Takeovers int
+	// ReadOnlyTurns is how many times the server turns read-only for
+	// ReadOnlyFor (default_transaction_read_only, as after a failover onto
+	// a replica), then writable again.
+	ReadOnlyTurns int
+	ReadOnlyFor   time.Duration
+	// Pooler "pgbouncer" puts PgBouncer in transaction mode between the
+	// functions and PostgreSQL, and sets OUTBOX_DB_POOLER=transaction.
+	Pooler string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
 
@@ -80,7 +105,8 @@ type Config struct {
 }
 
 // DefaultConfig is the full soak: a million messages, 24 kills, two
-// restarts.
+// restarts. Its time limit is a ceiling for a run that cannot finish: the
+// million took 11 min on a shared 2-core machine (docs/RELIABILITY.md).
 func DefaultConfig() Config {
 	return Config{
 		Messages: 1_000_000, Dispatchers: 8, Producers: 4, MaxTxMessages: 20,
@@ -90,7 +116,9 @@ func DefaultConfig() Config {
 		RollbackRate: 0.05, OrderedShare: 0.3, DedupeShare: 0.5, Keys: 2000,
 		BatchSize: 500, Budget: 6 * time.Second, Lease: 10 * time.Second, Tick: 200 * time.Millisecond,
 		ReaperEvery: 2 * time.Second, MaxBacklog: 10_000,
-		Timeout: 14 * time.Minute, DrainTimeout: 3 * time.Minute,
+		Timeout: 20 * time.Minute, DrainTimeout: 3 * time.Minute,
+		Pauses: 3, PauseFor: 10 * time.Second, ReplayEvery: 10 * time.Second, StuckFor: 12 * time.Second,
+		Takeovers: 3, ReadOnlyTurns: 3, ReadOnlyFor: 3 * time.Second,
 	}
 }
 
@@ -103,6 +131,9 @@ func QuickConfig() Config {
 	c.Bursts, c.BurstLength = 4, time.Second
 	c.Keys = 400
 	c.MaxBacklog = 3_000
+	c.Pauses, c.PauseFor = 1, 3*time.Second
+	c.ReplayEvery, c.StuckFor = 3*time.Second, 5*time.Second
+	c.Takeovers, c.ReadOnlyTurns, c.ReadOnlyFor = 1, 1, 2*time.Second
 	// The drain waits as long as the full soak's: an ordered message that
 	// meets a kill, a restart and the target's refusals in a row waits for
 	// each (a lease of the invocation's time left, the route's backoff), and
@@ -144,6 +175,9 @@ func (c Config) withDefaults() Config {
 	setDur(&c.ReaperEvery, d.ReaperEvery)
 	setDur(&c.Timeout, d.Timeout)
 	setDur(&c.DrainTimeout, d.DrainTimeout)
+	setDur(&c.PauseFor, d.PauseFor)
+	setDur(&c.ReplayEvery, d.ReplayEvery)
+	setDur(&c.ReadOnlyFor, d.ReadOnlyFor)
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
@@ -175,6 +209,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		binaries[name] = path
+	}
+	// The operator's tool, built once, run as a process per command.
+	outboxctl, err := lambdatest.BuildPackage("./cmd/outboxctl")
+	if err != nil {
+		return nil, err
 	}
 	events, err := loadEvents()
 	if err != nil {
@@ -223,24 +262,48 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			target.Close()
 		}
 	}()
-	cfg.routes = fmt.Sprintf(`{"routes":[{"name":"soak-webhook","match":{"namespace":"*","topic":"*"},
+	// transfer is a payment stream: a dead head parks its key until the
+	// operator replays it. The rest skips a dead message.
+	route := func(name, topic, onDead string) string {
+		return fmt.Sprintf(`{"name":%q,"match":{"namespace":"*","topic":%q},"on_dead":%q,
 		"target":{"type":"http","url":%q,"signing_secret_env":"SOAK_WEBHOOK_SECRET","timeout":%q},
-		"retry":{"max_attempts":%d,"base_delay":%q,"max_delay":%q}}]}`,
-		target.URL, cfg.RouteTimeout.String(), cfg.MaxAttempts, cfg.BaseDelay.String(), cfg.MaxDelay.String())
+		"retry":{"max_attempts":%d,"base_delay":%q,"max_delay":%q}}`,
+			name, topic, onDead, target.URL, cfg.RouteTimeout.String(), cfg.MaxAttempts, cfg.BaseDelay.String(), cfg.MaxDelay.String())
+	}
+	cfg.routes = `{"routes":[` + route("soak-transfer", "transfer", "park") + "," + route("soak-webhook", "*", "skip") + `]}`
 	rep.Config = cfg
 
-	// 4. The functions, and the producers.
+	// 4. The functions (through PgBouncer when asked), and the producers.
+	dispatcherURL := cluster.URL("soak_dispatcher", "soak")
+	var poolerEnv []string
+	switch cfg.Pooler {
+	case "", "none":
+	case "pgbouncer":
+		b, err := pgbouncer.StartFor(cluster.URL("postgres", "postgres"), "soak_dispatcher")
+		if err != nil {
+			return nil, fmt.Errorf("soak: %w", err)
+		}
+		defer b.Stop()
+		if dispatcherURL, err = b.Through(dispatcherURL); err != nil {
+			return nil, err
+		}
+		poolerEnv = []string{"OUTBOX_DB_POOLER=transaction"}
+		logf("the functions connect through PgBouncer (transaction mode) at %s", b.Addr)
+	default:
+		return nil, fmt.Errorf("soak: unknown pooler %q: want pgbouncer or none", cfg.Pooler)
+	}
 	flt := &fleet{
 		cfg: cfg, binaries: binaries, admin: admin, events: events, log: logf,
 		inflight: &inflight{ids: map[uuid.UUID]struct{}{}},
-		env: []string{
-			"OUTBOX_DATABASE_URL=" + cluster.URL("soak_dispatcher", "soak"),
+		env: append([]string{
+			"OUTBOX_DATABASE_URL=" + dispatcherURL,
 			"OUTBOX_TRACING=off",
 			"OUTBOX_LOG_LEVEL=warn",
 			"OUTBOX_DB_CONNECT_TIMEOUT=2s",
 			"SOAK_WEBHOOK_SECRET=" + secret,
-		},
+		}, poolerEnv...),
 	}
+	op := &operator{bin: outboxctl, url: cluster.URL("postgres", "soak"), log: logf}
 	book := newLedgerBook(cfg.Messages)
 	// unpaced lets the producers run flat out for a moment before each
 	// restart, so that the restart catches transactions in flight, some of
@@ -264,6 +327,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	faults := &faultLog{}
+	var stuck atomic.Pointer[StuckWindow]
+	var readOnly atomic.Int64
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	flt.start(runCtx)
@@ -335,6 +400,92 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			target.Burst(cfg.BurstLength)
 		}
 	})
+	// The operator, from its own processes.
+	wg.Go(func() {
+		for i := range cfg.Pauses {
+			if !waitFor((float64(i) + 0.3) / float64(cfg.Pauses)) {
+				return
+			}
+			if err := op.pause(runCtx, flt, "payments", "usage_record", cfg.PauseFor, i+1); err != nil && runCtx.Err() == nil {
+				faults.fail(fmt.Errorf("pause %d: %w", i+1, err))
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-produced:
+				return
+			case <-time.After(cfg.ReplayEvery):
+			}
+			if err := op.replayDead(runCtx, true); err != nil && runCtx.Err() == nil {
+				faults.fail(fmt.Errorf("replay: %w", err))
+				return
+			}
+		}
+	})
+	if cfg.StuckFor > 0 {
+		wg.Go(func() {
+			if !waitFor(0.15) {
+				return
+			}
+			w := StuckWindow{Key: stuckKey, Start: time.Now()}
+			target.Stick(stuckKey)
+			logf("the target refuses every call for %s", stuckKey)
+			// At least StuckFor, and until the key's head has been refused
+			// and another message delivered meanwhile, however slow the
+			// machine; but no longer than the production (a key with
+			// nothing left to send is not stuck, and would hold the drain).
+			others := target.firstDeliveries.Load()
+			for runCtx.Err() == nil {
+				enough := time.Since(w.Start) >= cfg.StuckFor
+				seen := target.stuckRefused.Load() > 0 && target.firstDeliveries.Load() > others
+				done := false
+				select {
+				case <-produced:
+					done = true
+				default:
+				}
+				if enough && (seen || done) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			target.Unstick()
+			w.End = time.Now()
+			stuck.Store(&w)
+			logf("%s recovers after %s: %d calls refused", stuckKey, w.End.Sub(w.Start).Round(time.Millisecond), target.stuckRefused.Load())
+		})
+	}
+	wg.Go(func() {
+		for i := range cfg.Takeovers {
+			if !waitFor((float64(i) + 0.6) / float64(cfg.Takeovers)) {
+				return
+			}
+			if err := flt.takeover(runCtx); err != nil && runCtx.Err() == nil {
+				faults.fail(err)
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		for i := range cfg.ReadOnlyTurns {
+			if !waitFor((float64(i) + 0.5) / float64(cfg.ReadOnlyTurns)) {
+				return
+			}
+			before := flt.leased(runCtx, leasedSQL+` WHERE h.lease_token IS NOT NULL`)
+			if err := readOnlyTurn(runCtx, cluster, cfg.ReadOnlyFor); err != nil {
+				faults.fail(fmt.Errorf("read-only turn %d: %w", i+1, err))
+				return
+			}
+			flt.inflight.add(&flt.inflight.atReadOnly, before)
+			readOnly.Add(1)
+			logf("the server was read-only for %s with %d rows leased", cfg.ReadOnlyFor, len(before))
+		}
+	})
 	wg.Go(func() {
 		tick := time.NewTicker(5 * time.Second)
 		defer tick.Stop()
@@ -365,11 +516,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// 6. Drain: every committed message delivered or dead, nothing pending.
 	drainStart := time.Now()
 	drained := false
+	// The operator goes on releasing parked keys, from here, so that no
+	// replay races the final count.
+	lastRelease := time.Now()
 	for deadline := time.Now().Add(cfg.DrainTimeout); time.Now().Before(deadline) && ctx.Err() == nil; {
 		var n int
 		if err := admin.QueryRow(ctx, `SELECT count(*) FROM outbox.pending`).Scan(&n); err == nil && n == 0 {
 			drained = true
 			break
+		}
+		if time.Since(lastRelease) > 2*time.Second {
+			if err := op.replayDead(ctx, false); err != nil {
+				faults.fail(fmt.Errorf("releasing parked keys: %w", err))
+			}
+			lastRelease = time.Now()
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -385,7 +545,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// 7. The accounting.
 	checkCtx, cancelCheck := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancelCheck()
-	if err := rep.account(checkCtx, admin, book, target, flt, faults); err != nil {
+	rep.Stuck = stuck.Load()
+	rep.ReadOnlyTurns = readOnly.Load()
+	if err := rep.account(checkCtx, admin, book, target, flt, faults, op); err != nil {
 		return rep, err
 	}
 	rep.Drained = drained
@@ -396,6 +558,51 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return rep, fmt.Errorf("soak: the queue did not drain within %s: %d messages still pending", cfg.DrainTimeout, rep.Pending)
 	}
 	return rep, nil
+}
+
+// stuckKey is the ordering key the target refuses for a while.
+const stuckKey = "payments:acct-0"
+
+// StuckWindow is when the target refused every call for one key.
+type StuckWindow struct {
+	Key        string        `json:"key"`
+	Start, End time.Time     `json:"-"`
+	Duration   time.Duration `json:"duration"`
+}
+
+// readOnlyTurn makes the server read-only for d, as a failover onto a
+// server that is (still) a replica does to a warm function's connections,
+// then writable again. Sessions pick the setting up at the reload, and
+// their writes fail with SQLSTATE 25006. The turn's own session stays
+// writable; the reset is retried should the server restart meanwhile.
+func readOnlyTurn(ctx context.Context, c *Cluster, d time.Duration) error {
+	set := func(ctx context.Context, stmt string) error {
+		conn, err := pgx.Connect(ctx, c.URL("postgres", "postgres"))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		for _, s := range []string{`SET default_transaction_read_only = off`, stmt, `SELECT pg_reload_conf()`} {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		return nil
+	}
+	if err := set(ctx, `ALTER SYSTEM SET default_transaction_read_only = on`); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	var err error
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err = set(context.WithoutCancel(ctx), `ALTER SYSTEM RESET default_transaction_read_only`); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // prepareDatabase creates the soak database, migrates it, adds the

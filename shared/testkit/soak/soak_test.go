@@ -10,9 +10,13 @@ import (
 
 // TestQuickSoak is the soak the test suite runs: 20,000 messages through
 // the real dispatch binaries, with kills, two PostgreSQL restarts (fast
-// and immediate), a failing, slow and throttling target and rolled-back
-// producer transactions. It asserts the guarantees, never the speed: the
-// run's own time limit is generous, and the figures are logged.
+// and immediate), a read-only turn, a lease takeover, a failing, slow and
+// throttling target, a stuck key, rolled-back producer transactions, and
+// the operator's outboxctl pausing and resuming a topic and replaying dead
+// letters and parked keys. It asserts the guarantees (a paused message is
+// held until its resume among them) and that each fault happened, never
+// the speed: the run's own time limit is generous, and the figures are
+// logged.
 func TestQuickSoak(t *testing.T) {
 	cfg := soak.QuickConfig()
 	cfg.Log = logWriter{t}

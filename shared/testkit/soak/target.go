@@ -40,6 +40,7 @@ type TargetFaults struct {
 type delivery struct {
 	id        uuid.UUID
 	webhookID string
+	topic     string
 	orderKey  string
 	seq       int64
 	attempt   int32
@@ -49,6 +50,9 @@ type delivery struct {
 	outcome  atomic.Int32
 	created  time.Time
 	received time.Time
+	// arrived is when the call's request reached the target, before any
+	// injected hold: what a pause's window is checked against.
+	arrived time.Time
 }
 
 const (
@@ -71,6 +75,7 @@ type TargetCounts struct {
 	BadSignature    int64 `json:"rejected_by_receiver"`
 	Deliveries      int64 `json:"deliveries"`
 	Duplicates      int64 `json:"duplicates_answered"`
+	StuckRefused    int64 `json:"stuck_key_refused_calls"`
 }
 
 // Target is the webhook receiver the dispatchers deliver to: the reference
@@ -86,6 +91,11 @@ type Target struct {
 	listener net.Listener
 
 	burstUntil atomic.Int64 // unix nanos; calls before it are throttled
+
+	// stuck is the ordering key whose calls all fail with a 503 while it
+	// is set (a stuck key: its head keeps failing while the others flow).
+	stuck        atomic.Pointer[string]
+	stuckRefused atomic.Int64
 
 	mu         sync.Mutex
 	deliveries []*delivery
@@ -128,10 +138,20 @@ func (t *Target) Burst(d time.Duration) {
 	t.burstUntil.Store(time.Now().Add(d).UnixNano())
 }
 
+// Stick makes every call for an ordering key fail until Unstick.
+func (t *Target) Stick(key string) { t.stuck.Store(&key) }
+
+// Unstick lets the stuck key's calls through again.
+func (t *Target) Unstick() { t.stuck.Store(nil) }
+
 // pick draws each call's fault at the configured rates, and counts it.
-func (t *Target) pick(faultsink.Call) faultsink.Fault {
+func (t *Target) pick(c faultsink.Call) faultsink.Fault {
 	t.calls.Add(1)
 	retryAfter := max(t.faults.RetryAfter, time.Second)
+	if key := t.stuck.Load(); key != nil && c.Envelope.OrderingKey == *key {
+		t.stuckRefused.Add(1)
+		return faultsink.Fault{Kind: faultsink.Fail, Status: http.StatusServiceUnavailable, Reason: "stuck key"}
+	}
 	if time.Now().UnixNano() < t.burstUntil.Load() {
 		t.burstThrottled.Add(1)
 		return faultsink.Fault{Kind: faultsink.Throttle, RetryAfter: retryAfter, Reason: "throttled (burst)"}
@@ -185,8 +205,8 @@ func (d *recordingDeduper) Begin(ctx context.Context, webhookID string) (context
 	env := c.Envelope
 	id, _ := uuid.Parse(env.ID)
 	rec := &delivery{
-		id: id, webhookID: webhookID, orderKey: env.OrderingKey, seq: env.SequenceID,
-		attempt: int32(env.Attempt), created: env.CreatedAt,
+		id: id, webhookID: webhookID, topic: env.Topic, orderKey: env.OrderingKey, seq: env.SequenceID,
+		attempt: int32(env.Attempt), created: env.CreatedAt, arrived: c.Received,
 	}
 	d.t.mu.Lock()
 	rec.received = time.Now()
@@ -225,6 +245,7 @@ func (t *Target) Counts() TargetCounts {
 		Calls: t.calls.Load(), Injected5xx: t.inj5xx.Load(), Injected429: t.inj429.Load(), Injected4xx: t.inj4xx.Load(),
 		TimeoutsHandled: t.toHandled.Load(), TimeoutsStalled: t.toStalled.Load(), Bursts: t.bursts.Load(),
 		BurstThrottled: t.burstThrottled.Load(), BadSignature: t.rejected.Load(),
+		StuckRefused: t.stuckRefused.Load(),
 	}
 	for _, d := range t.Deliveries() {
 		switch d.outcome.Load() {

@@ -9,6 +9,7 @@
 //	make soak                        # 1,000,000 messages, 24 kills, 2 restarts
 //	SOAK_MESSAGES=20000 make soak    # smaller; faults scale with SOAK_KILLS etc.
 //	go run ./shared/testkit/soak/cmd/soak -quick         # the variant the test suite runs
+//	SOAK_POOLER=pgbouncer make soak  # the functions behind PgBouncer (transaction mode)
 //
 // It runs its own PostgreSQL cluster (initdb into a temporary directory,
 // by shared/localpg), so it needs the PostgreSQL 15+ server binaries
@@ -69,7 +70,9 @@ func main() {
 
 // fromEnv applies the SOAK_* variables: SOAK_MESSAGES, SOAK_DISPATCHERS,
 // SOAK_PRODUCERS, SOAK_KILLS, SOAK_RESTARTS, SOAK_BURSTS, SOAK_TIMEOUT (a Go
-// duration). With SOAK_MESSAGES alone, the kills and throttle bursts scale
+// duration), SOAK_PAUSES, SOAK_TAKEOVERS, SOAK_READ_ONLY_TURNS, and
+// SOAK_POOLER=pgbouncer (the functions connect through PgBouncer in
+// transaction mode, with OUTBOX_DB_POOLER=transaction). With SOAK_MESSAGES alone, the kills and throttle bursts scale
 // down with the message count (a kill per 40,000 messages, a burst per
 // 33,000; at least 3 kills and 2 bursts).
 func fromEnv(cfg *soak.Config) error {
@@ -79,14 +82,17 @@ func fromEnv(cfg *soak.Config) error {
 	}{
 		{"SOAK_MESSAGES", &cfg.Messages}, {"SOAK_DISPATCHERS", &cfg.Dispatchers}, {"SOAK_PRODUCERS", &cfg.Producers},
 		{"SOAK_KILLS", &cfg.Kills}, {"SOAK_RESTARTS", &cfg.PGRestarts}, {"SOAK_BURSTS", &cfg.Bursts},
+		{"SOAK_PAUSES", &cfg.Pauses}, {"SOAK_TAKEOVERS", &cfg.Takeovers}, {"SOAK_READ_ONLY_TURNS", &cfg.ReadOnlyTurns},
 	}
+	zeroOK := map[string]bool{"SOAK_KILLS": true, "SOAK_RESTARTS": true, "SOAK_BURSTS": true,
+		"SOAK_PAUSES": true, "SOAK_TAKEOVERS": true, "SOAK_READ_ONLY_TURNS": true}
 	for _, v := range ints {
 		raw := os.Getenv(v.name)
 		if raw == "" {
 			continue
 		}
 		n, err := strconv.Atoi(raw)
-		if err != nil || n < 0 || (n == 0 && v.name != "SOAK_KILLS" && v.name != "SOAK_RESTARTS" && v.name != "SOAK_BURSTS") {
+		if err != nil || n < 0 || (n == 0 && !zeroOK[v.name]) {
 			return fmt.Errorf("%s must be a positive whole number, got %q", v.name, raw)
 		}
 		*v.dst = n
@@ -96,6 +102,12 @@ func fromEnv(cfg *soak.Config) error {
 		if v.name == "SOAK_MESSAGES" && os.Getenv("SOAK_BURSTS") == "" {
 			cfg.Bursts = min(cfg.Bursts, max(2, n/33_000))
 		}
+	}
+	switch p := os.Getenv("SOAK_POOLER"); p {
+	case "", "none", "pgbouncer":
+		cfg.Pooler = p
+	default:
+		return fmt.Errorf("SOAK_POOLER must be pgbouncer or none, got %q", p)
 	}
 	if raw := os.Getenv("SOAK_TIMEOUT"); raw != "" {
 		d, err := time.ParseDuration(raw)
