@@ -12,20 +12,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
 // RouteOptions are a route's "circuit_breaker" and "rate_limit" as
-// written (zero: none), embedded in route.Route; its schema checks them,
-// package dispatch applies them.
-type RouteOptions struct {
-	CircuitBreaker struct {
-		Failures float64 `json:"failures"`
-		CoolDown string  `json:"cool_down"`
-	} `json:"circuit_breaker"`
-	RateLimit struct {
-		PerSecond float64 `json:"per_second"`
-	} `json:"rate_limit"`
-}
+// written; the type lives in outboxtype so that package route, which every
+// publisher links, does not link pgx through this package.
+type RouteOptions = outboxtype.GateOptions
 
 // Querier runs queries: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
 type Querier interface {

@@ -9,7 +9,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/outboxkit/dispatcher/shared/backoff"
-	"github.com/outboxkit/dispatcher/shared/gate"
+	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/payloadschema"
 )
 
@@ -115,8 +115,8 @@ type Route struct {
 	OnDead          string          `json:"on_dead"`         // OnDeadSkip or OnDeadPark: what an ordered message's death does to its key
 	OnConfigError   string          `json:"on_config_error"` // OnConfigErrorHold or OnConfigErrorDead: what a target's configuration failure does to a message
 
-	gate.RouteOptions // circuit_breaker and rate_limit, which package dispatch applies
-	schema            *jsonschema.Schema
+	outboxtype.GateOptions // circuit_breaker and rate_limit, which package dispatch applies
+	schema                 *jsonschema.Schema
 }
 
 // HasSchema reports whether the route validates payloads against a schema.
