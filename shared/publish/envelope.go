@@ -80,14 +80,14 @@ func EncodeEnvelope(m *outboxtype.Message) ([]byte, error) {
 // appendEnvelope writes the bytes json.Marshal writes for m's envelope,
 // without reflection, for the messages that need no escaping: every string
 // plain ASCII, a payload without what encoding/json escapes in a
-// RawMessage, a creation time with an RFC 3339 form. Anything else is
-// left to json.Marshal (ok false). Reflection was 8-9% of a dispatch
-// bootstrap's CPU per webhook message under Lambda's share; the fuzz test
-// holds the two encodings byte for byte equal.
+// RawMessage, a creation time with an RFC 3339 form, no offload pointer.
+// Anything else is left to json.Marshal (ok false). Reflection was 8-9% of
+// a dispatch bootstrap's CPU per webhook message under Lambda's share; the
+// fuzz test holds the two encodings byte for byte equal.
 func appendEnvelope(b []byte, m *outboxtype.Message) (_ []byte, ok bool) {
 	key := m.StableKey()
 	created := m.CreatedAt.UTC()
-	if year := created.Year(); year < 0 || year > 9999 || len(m.Payload) == 0 ||
+	if year := created.Year(); year < 0 || year > 9999 || len(m.Payload) == 0 || m.Offload != nil ||
 		!plain(key) || !plain(m.Namespace) || !plain(m.Topic) || !plain(m.TenantID) ||
 		!plain(m.DedupeKey) || !plain(m.OrderingKey) || needsEscape(m.Payload) {
 		return nil, false
