@@ -432,9 +432,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if !waitFor(0.15) {
 				return
 			}
-			w := StuckWindow{Key: stuckKey, Start: time.Now()}
-			target.Stick(stuckKey)
-			logf("the target refuses every call for %s", stuckKey)
+			// The key with the most messages waiting, so that its head is
+			// called for while it is stuck however the run was paced; a
+			// fixed key may have nothing left to send by then.
+			key := stuckKey
+			_ = admin.QueryRow(runCtx, `SELECT ordering_key FROM outbox.pending
+				WHERE ordering_key LIKE 'payments:%' GROUP BY ordering_key ORDER BY count(*) DESC LIMIT 1`).Scan(&key)
+			w := StuckWindow{Key: key, Start: time.Now()}
+			target.Stick(key)
+			logf("the target refuses every call for %s", key)
 			// At least StuckFor, and until the key's head has been refused
 			// and another message delivered meanwhile, however slow the
 			// machine; but no longer than the production (a key with
@@ -457,7 +463,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			target.Unstick()
 			w.End = time.Now()
 			stuck.Store(&w)
-			logf("%s recovers after %s: %d calls refused", stuckKey, w.End.Sub(w.Start).Round(time.Millisecond), target.stuckRefused.Load())
+			logf("%s recovers after %s: %d calls refused", key, w.End.Sub(w.Start).Round(time.Millisecond), target.stuckRefused.Load())
 		})
 	}
 	wg.Go(func() {
@@ -560,7 +566,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// stuckKey is the ordering key the target refuses for a while.
+// stuckKey is the ordering key the target refuses for a while when no key
+// has messages waiting as the window opens.
 const stuckKey = "payments:acct-0"
 
 // StuckWindow is when the target refused every call for one key.
