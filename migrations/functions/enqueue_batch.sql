@@ -179,9 +179,18 @@ BEGIN
                       FROM (SELECT kv.key, CASE
                                 WHEN octet_length(kv.key) > 64 OR kv.key !~ '^[A-Za-z0-9][A-Za-z0-9_.-]*$' THEN
                                     format('name %s must be 1-64 characters of letters, digits and _ . -, starting with a letter or digit', quote_ident(left(kv.key, 80)))
-                                WHEN lower(kv.key) LIKE ANY (ARRAY['outbox%', 'webhook-%', 'aws.%', 'amazon.%', 'x-amz%'])
-                                     OR lower(kv.key) IN ('content-type', 'content-length', 'host', 'idempotency-key',
-                                                          'user-agent', 'connection', 'transfer-encoding') THEN
+                                -- The Go producer's list (shared/outbox/headers): the
+                                -- dispatcher's own names, and what a webhook delivery
+                                -- would send outside its signature (credentials, a
+                                -- claimed origin, method overrides, hop-by-hop).
+                                WHEN lower(kv.key) LIKE ANY (ARRAY['outbox%', 'webhook-%', 'aws.%', 'amazon.%', 'x-amz%',
+                                                                   'x-forwarded-%', 'proxy-%', 'sec-%'])
+                                     OR lower(kv.key) IN ('content-type', 'content-length', 'content-encoding', 'host',
+                                                          'idempotency-key', 'user-agent', 'connection', 'transfer-encoding',
+                                                          'authorization', 'cookie', 'set-cookie', 'forwarded', 'x-real-ip',
+                                                          'x-client-ip', 'true-client-ip', 'via', 'origin',
+                                                          'x-http-method-override', 'x-http-method', 'x-method-override',
+                                                          'te', 'trailer', 'upgrade', 'keep-alive', 'expect') THEN
                                     format('name %s is reserved for the dispatcher', quote_ident(kv.key))
                                 WHEN jsonb_typeof(kv.value) <> 'string' THEN
                                     format('value of %s must be a string, got %s', quote_ident(kv.key), jsonb_typeof(kv.value))

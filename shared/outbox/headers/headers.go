@@ -8,8 +8,24 @@ import "strings"
 
 // reservedPrefixes belong to the dispatcher and its targets: the outbox's
 // own attributes, the Standard Webhooks headers, and the prefixes SNS
-// reserves for itself.
-var reservedPrefixes = []string{"outbox", "webhook-", "aws.", "amazon.", "x-amz"}
+// reserves for itself; and the families a receiver or a proxy in front of
+// it trusts for who is calling (x-forwarded-*, proxy-*, sec-*), which a
+// producer must never be able to set on a signed delivery.
+var reservedPrefixes = []string{"outbox", "webhook-", "aws.", "amazon.", "x-amz", "x-forwarded-", "proxy-", "sec-"}
+
+// forbidden are names a producer's header may never take, because a
+// webhook delivery would send them as HTTP headers outside its signature:
+// credentials and sessions, a client's claimed origin, method overrides,
+// and the hop-by-hop headers that change how a request travels. The
+// database refuses the same list (migrations/functions/enqueue_batch.sql).
+var forbidden = map[string]bool{
+	"content-type": true, "content-length": true, "content-encoding": true, "host": true,
+	"idempotency-key": true, "user-agent": true, "connection": true, "transfer-encoding": true,
+	"authorization": true, "cookie": true, "set-cookie": true,
+	"forwarded": true, "x-real-ip": true, "x-client-ip": true, "true-client-ip": true, "via": true, "origin": true,
+	"x-http-method-override": true, "x-http-method": true, "x-method-override": true,
+	"te": true, "trailer": true, "upgrade": true, "keep-alive": true, "expect": true,
+}
 
 // Reserved reports whether a header name, in any case, is reserved by the
 // dispatcher.
@@ -20,9 +36,5 @@ func Reserved(name string) bool {
 			return true
 		}
 	}
-	switch lower {
-	case "content-type", "content-length", "host", "idempotency-key", "user-agent", "connection", "transfer-encoding":
-		return true
-	}
-	return false
+	return forbidden[lower]
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/outbox/headers"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
 )
@@ -242,7 +243,10 @@ func (p *Publisher) header(m *outboxtype.Message, key string, sentAt time.Time, 
 			continue // carried in the envelope only
 		}
 		name = http.CanonicalHeaderKey(name)
-		if reservedHeaders[name] {
+		// A row enqueued before the producer rules refused a name (or
+		// written by hand) must not put it on the wire either: the
+		// signature does not cover headers, only the body's copy.
+		if reservedHeaders[name] || headers.Reserved(name) {
 			continue
 		}
 		h[name] = []string{value}

@@ -264,6 +264,45 @@ func TestCallerContextEndingIsCanceled(t *testing.T) {
 	}
 }
 
+// A producer's header that a receiver (or a proxy in front of it) would
+// trust as HTTP — a credential, a session, a claimed client address, a
+// method override — never goes on the wire, even on a row stored before the
+// producer rules refused it: the signature does not cover headers, so only
+// the signed body's copy may carry it.
+func TestProducerHeadersAReceiverWouldTrustAreNotSent(t *testing.T) {
+	t.Parallel()
+	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {})
+	p := newTestPublisher(t, srv.URL, nil)
+	m := testMessage()
+	m.Headers = map[string]string{
+		"Authorization":          "Bearer forged-by-producer",
+		"Cookie":                 "session=forged",
+		"X-Forwarded-For":        "10.0.0.1",
+		"X-HTTP-Method-Override": "DELETE",
+		"X-Tenant":               "t-1",
+	}
+	if r := publishOneMessage(t, p, m); r.Kind != publish.Delivered {
+		t.Fatalf("%s %s %v", r.Kind, r.Code, r.Err)
+	}
+	seen := srv.seen()
+	if len(seen) != 1 {
+		t.Fatalf("%d requests, want 1", len(seen))
+	}
+	h := seen[0].header
+	for _, name := range []string{"Authorization", "Cookie", "X-Forwarded-For", "X-Http-Method-Override"} {
+		if v := h.Get(name); v != "" {
+			t.Errorf("header %s = %q was sent", name, v)
+		}
+	}
+	if h.Get("X-Tenant") != "t-1" {
+		t.Errorf("an ordinary producer header was dropped: %v", h)
+	}
+	var env publish.Envelope
+	if err := json.Unmarshal(seen[0].body, &env); err != nil || env.Headers["Authorization"] != "Bearer forged-by-producer" {
+		t.Errorf("the signed envelope lost the producer's headers: %v %v", env.Headers, err)
+	}
+}
+
 func TestRequestIsSignedAndKeyed(t *testing.T) {
 	t.Parallel()
 	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {})
