@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/outbox/headers"
 	"github.com/outboxkit/dispatcher/shared/payloadschema"
+	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
 )
 
 // The schema's defaults (tests keep them equal), and the limits it cannot
@@ -72,6 +73,8 @@ func buildRoute(p string, i int, rc *routeConfig, attemptCeiling int, ps *proble
 	}
 	r.Target = tc.Target
 	r.Target.Timeout, r.Target.MaxPayloadBytes, r.Target.Concurrency, r.Target.Offload = r.Timeout, r.MaxPayloadBytes, cmp.Or(int(tc.Concurrency), DefaultConcurrency), rc.Offload
+	r.Target.Format, r.Target.CloudEventsSource = rc.Format, rc.CloudEvents.Source
+	checkFormat(p, rc, ps)
 	switch tc.Type {
 	case TypeEventBridge:
 		r.Target.Source = cmp.Or(r.Target.Source, DefaultSource)
@@ -161,6 +164,22 @@ func checkTemplates(p string, t Target, m Match, ps *problems) {
 	}
 	if dt := ExpandTemplate(t.DetailType, ns, topic); len(dt) > maxDetailTypeLen {
 		ps.add(p+".detail_type", "expands to %d characters, over EventBridge's limit of %d", len(dt), maxDetailTypeLen)
+	}
+}
+
+// checkFormat makes the format's checks a schema cannot: the options of
+// one format on a route of another, the source expanded, and offload,
+// whose pointers have no CloudEvents form the targets' readers share.
+func checkFormat(p string, rc *routeConfig, ps *problems) {
+	switch {
+	case rc.Format != FormatCloudEvents && rc.CloudEvents.Source != "":
+		ps.add(p+".cloudevents", "is set but format is not \"cloudevents\"; set format: cloudevents, or remove it")
+	case rc.Format == FormatCloudEvents && rc.Offload != (Offload{}):
+		ps.add(p+".format", "cloudevents cannot be combined with offload: an offloaded payload has no CloudEvents form here; remove one of them")
+	case rc.CloudEvents.Source != "" && !ps.rejectedWithin(p+".cloudevents"):
+		if err := cloudevent.CheckSource(rc.CloudEvents.Source); err != nil {
+			ps.add(p+".cloudevents.source", "%v", err)
+		}
 	}
 }
 

@@ -206,6 +206,10 @@ type routeConfig struct {
 	Retry           retryConfig  `json:"retry"`
 	MaxPayloadBytes float64      `json:"max_payload_bytes"`
 	Offload         Offload      `json:"offload"`
+	Format          string       `json:"format"`
+	CloudEvents     struct {
+		Source string `json:"source"`
+	} `json:"cloudevents"`
 }
 
 type targetConfig struct {

@@ -246,6 +246,12 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 		{"offload without bucket", routeTo(snsTarget, `"offload": {"threshold_bytes": 1000}`), []want{{"routes[0].offload.bucket", "is required"}}},
 		{"offload bad bucket", routeTo(snsTarget, `"offload": {"bucket": "My_Bucket"}`), []want{{"routes[0].offload.bucket", "must be an S3 bucket name"}}},
 		{"offload unknown field", routeTo(snsTarget, `"offload": {"bucket": "b-1", "ttl": "1h"}`), []want{{"routes[0].offload.ttl", "unknown field"}}},
+		{"format unknown", routeTo(snsTarget, `"format": "cloudevent"`), []want{{"routes[0].format", `must be "cloudevents" (leave format out for the target's own format)`}}},
+		{"format with offload", routeTo(snsTarget, `"format": "cloudevents", "offload": {"bucket": "b-1"}`), []want{{"routes[0].format", "cannot be combined with offload"}}},
+		{"cloudevents without format", routeTo(httpTarget, `"cloudevents": {"source": "/s"}`), []want{{"routes[0].cloudevents", `format is not "cloudevents"`}}},
+		{"cloudevents unknown field", routeTo(httpTarget, `"format": "cloudevents", "cloudevents": {"type": "t"}`), []want{{"routes[0].cloudevents.type", "unknown field"}}},
+		{"cloudevents source with a space", routeTo(lambdaTarget, `"format": "cloudevents", "cloudevents": {"source": "/a b"}`), []want{{"routes[0].cloudevents.source", "must be 1-1024 characters of a URI reference"}}},
+		{"cloudevents source with an unknown placeholder", routeTo(ebTarget, `"format": "cloudevents", "cloudevents": {"source": "/{tenant}"}`), []want{{"routes[0].cloudevents.source", "unknown placeholder"}}},
 		{"offload threshold zero", routeTo(snsTarget, `"offload": {"bucket": "b-1", "threshold_bytes": 0}`), []want{{"routes[0].offload.threshold_bytes", "must be at least 1"}}},
 		{"max_payload_bytes overflowing", routeTo(lambdaTarget, `"max_payload_bytes": 1e30`), []want{{"routes[0].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got 1e30"}}},
 		{"max_payload_bytes too large", routeTo(lambdaTarget, `"max_payload_bytes": 99999999999999999999`), []want{{"routes[0].max_payload_bytes", "must be from 1 to 10485760 (10 MiB); got 99999999999999999999"}}},
@@ -610,5 +616,30 @@ func TestOffloadLiftsThePayloadCapAndKeysTheTarget(t *testing.T) {
 	}
 	if r.Target.Key() == table.Routes[1].Target.Key() || !strings.Contains(r.Target.Key(), `"offload":{"bucket":"b-1"`) {
 		t.Errorf("keys %s and %s", r.Target.Key(), table.Routes[1].Target.Key())
+	}
+}
+
+// The format is part of the target's key, so routes to one target in
+// different formats get separate publishers; an unknown format is refused
+// naming the route and the value allowed.
+func TestFormatKeysTheTarget(t *testing.T) {
+	t.Parallel()
+	table, err := Parse([]byte(config(
+		`{"match":{"namespace":"a","topic":"*"},"format":"cloudevents","cloudevents":{"source":"urn:x:{namespace}"},"target":`+httpTarget+`}`,
+		`{"match":{"namespace":"b","topic":"*"},"format":"cloudevents","target":`+httpTarget+`}`,
+		`{"match":{"namespace":"c","topic":"*"},"target":`+httpTarget+`}`)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := table.Routes[0].Target, table.Routes[1].Target, table.Routes[2].Target
+	if a.Format != FormatCloudEvents || a.CloudEventsSource != "urn:x:{namespace}" || b.Format != FormatCloudEvents || b.CloudEventsSource != "" || c.Format != "" {
+		t.Errorf("formats %+v / %+v / %+v", a, b, c)
+	}
+	if a.Key() == b.Key() || b.Key() == c.Key() || !strings.Contains(b.Key(), `"format":"cloudevents"`) {
+		t.Errorf("keys %s, %s and %s", a.Key(), b.Key(), c.Key())
+	}
+	_, err = Parse([]byte(config(routeTo(snsTarget), `{"name": "ledger", "match": {"namespace": "l", "topic": "*"}, "format": "CloudEvents", "target": `+lambdaTarget+`}`)), Options{})
+	if err == nil || !strings.Contains(err.Error(), `routes[1].format: must be "cloudevents"`) {
+		t.Errorf("an unknown format: %v, want a problem at routes[1].format naming the value allowed", err)
 	}
 }

@@ -26,6 +26,7 @@ const (
 	TypeEventBridge   = "eventbridge"
 	TypeHTTP          = "http"
 	TypeLambda        = "lambda"
+	FormatCloudEvents = "cloudevents"
 )
 
 // Table is a validated routing configuration, built by Parse; it is
@@ -145,6 +146,8 @@ type Target struct {
 	AllowInsecureHTTP bool              `json:"allow_insecure_http,omitempty"` // http: http:// to hosts other than loopback
 	Function          string            `json:"function,omitempty"`            // lambda: a name, partial or full ARN, with an optional :qualifier
 	Offload           Offload           `json:"-"`                             // the route's offload option, in the key: package offload applies it
+	Format            string            `json:"-"`                             // the route's format option, "" or FormatCloudEvents, in the key
+	CloudEventsSource string            `json:"-"`                             // format cloudevents: the source template, "" for the default
 
 	key string
 }
@@ -177,7 +180,9 @@ func (t Target) computeKey() string {
 		MaxPayloadBytes int     `json:"max_payload_bytes,omitempty"`
 		Concurrency     int     `json:"concurrency,omitempty"`
 		Offload         Offload `json:"offload,omitzero"`
-	}{t, t.Timeout.String(), t.MaxPayloadBytes, t.Concurrency, t.Offload})
+		Format          string  `json:"format,omitempty"`
+		Source          string  `json:"cloudevents_source,omitempty"`
+	}{t, t.Timeout.String(), t.MaxPayloadBytes, t.Concurrency, t.Offload, t.Format, t.CloudEventsSource})
 	if err != nil {
 		panic("route: marshalling a target key: " + err.Error()) // strings, bools, ints and a string map always marshal
 	}

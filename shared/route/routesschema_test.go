@@ -262,6 +262,16 @@ var fullRoutes = map[string]string{
 		"target": {"type": "lambda", "timeout": "3s", "concurrency": 4, "function": "f"}}`,
 }
 
+// fullRoute is fullRoutes[typ], but for the fields of format cloudevents,
+// which offload excludes: the route with those instead of offload.
+func fullRoute(t *testing.T, typ, path string) string {
+	if !strings.HasPrefix(path, "routes[].format") && !strings.HasPrefix(path, "routes[].cloudevents") {
+		return fullRoutes[typ]
+	}
+	route := withoutField(t, fullRoutes[typ], "routes[].offload")
+	return strings.Replace(route, "{", `{"format": "cloudevents", "cloudevents": {"source": "urn:s:{namespace}:{topic}"}, `, 1)
+}
+
 // withoutField removes a field (a path below routes[]) from a route.
 func withoutField(t *testing.T, route, path string) string {
 	t.Helper()
@@ -308,8 +318,10 @@ func TestFieldsRequiredAndDefaultsAreTrue(t *testing.T) {
 	fields := reference(t)
 	checked := map[string]bool{}
 	for _, typ := range targetTypes() {
-		if _, err := Parse([]byte(config(fullRoutes[typ])), Options{}); err != nil {
-			t.Fatalf("the full %s route is invalid: %v", typ, err)
+		for _, path := range []string{"", "routes[].format"} {
+			if _, err := Parse([]byte(config(fullRoute(t, typ, path))), Options{}); err != nil {
+				t.Fatalf("the full %s route is invalid: %v", typ, err)
+			}
 		}
 		for _, f := range fields {
 			if f.Path == "routes" || (f.Target != "" && !slices.Contains(strings.Split(f.Target, ", "), typ)) || exactlyOne[f.Path] {
@@ -321,7 +333,11 @@ func TestFieldsRequiredAndDefaultsAreTrue(t *testing.T) {
 				continue
 			}
 			checked[f.Path] = true
-			route := withoutField(t, fullRoutes[typ], f.Path)
+			route := withoutField(t, fullRoute(t, typ, f.Path), f.Path)
+			if f.Path == "routes[].format" {
+				// cloudevents is format cloudevents' options, refused without it.
+				route = withoutField(t, route, "routes[].cloudevents")
+			}
 			table, err := Parse([]byte(config(route)), Options{})
 			concrete := strings.Replace(f.Path, "routes[]", "routes[0]", 1)
 			if f.Required {
