@@ -22,7 +22,7 @@ func TestHeadersAReceiverWouldTrustAreRefused(t *testing.T) {
 		"enqueue":       `SELECT outbox.enqueue('billing', 'usage', '{}'::jsonb, p_headers => $1::jsonb)`,
 		"enqueue_batch": `SELECT outbox.enqueue_batch(ARRAY['billing'], ARRAY['usage'], ARRAY['{}'], p_headers => ARRAY[$1::text])`,
 	}
-	for _, name := range []string{"Authorization", "Cookie", "X-Forwarded-For", "X-HTTP-Method-Override", "forwarded", "Proxy-Authorization", "Upgrade"} {
+	for _, name := range []string{"Authorization", "Cookie", "X-Forwarded-For", "X-HTTP-Method-Override", "forwarded", "Proxy-Authorization", "Upgrade", "ce-id", "Ce-Source"} {
 		for call, sql := range calls {
 			_, err := producer.Exec(ctx, sql, `{"`+name+`": "forged-by-producer"}`)
 			if sqlstate(err) != "P7004" || !strings.Contains(err.Error(), "is reserved") || !strings.Contains(err.Error(), name) {

@@ -180,10 +180,11 @@ BEGIN
                                 WHEN octet_length(kv.key) > 64 OR kv.key !~ '^[A-Za-z0-9][A-Za-z0-9_.-]*$' THEN
                                     format('name %s must be 1-64 characters of letters, digits and _ . -, starting with a letter or digit', quote_ident(left(kv.key, 80)))
                                 -- The Go producer's list (shared/outbox/headers): the
-                                -- dispatcher's own names, and what a webhook delivery
+                                -- dispatcher's own names (ce-* the CloudEvents headers
+                                -- of format cloudevents), and what a webhook delivery
                                 -- would send outside its signature (credentials, a
                                 -- claimed origin, method overrides, hop-by-hop).
-                                WHEN lower(kv.key) LIKE ANY (ARRAY['outbox%', 'webhook-%', 'aws.%', 'amazon.%', 'x-amz%',
+                                WHEN lower(kv.key) LIKE ANY (ARRAY['outbox%', 'webhook-%', 'ce-%', 'aws.%', 'amazon.%', 'x-amz%',
                                                                    'x-forwarded-%', 'proxy-%', 'sec-%'])
                                      OR lower(kv.key) IN ('content-type', 'content-length', 'content-encoding', 'host',
                                                           'idempotency-key', 'user-agent', 'connection', 'transfer-encoding',

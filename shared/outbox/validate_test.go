@@ -47,6 +47,7 @@ func TestValidateRejectsEachBadField(t *testing.T) {
 		{"authorization header", func(m *Message) { m.Headers = map[string]string{"Authorization": "Bearer forged-by-producer"} }, "headers", "reserved"},
 		{"cookie header", func(m *Message) { m.Headers = map[string]string{"Cookie": "session=x"} }, "headers", "reserved"},
 		{"x-forwarded-for header", func(m *Message) { m.Headers = map[string]string{"X-Forwarded-For": "10.0.0.1"} }, "headers", "reserved"},
+		{"CloudEvents attribute header", func(m *Message) { m.Headers = map[string]string{"Ce-Type": "forged.by.producer"} }, "headers", "reserved"},
 		{"method override header", func(m *Message) { m.Headers = map[string]string{"X-HTTP-Method-Override": "DELETE"} }, "headers", "reserved"},
 		{"header value with CRLF", func(m *Message) { m.Headers = map[string]string{"x-req": "a\r\nb"} }, "headers", "control character"},
 		{"header value too long", func(m *Message) { m.Headers = map[string]string{"x-req": strings.Repeat("v", 1025)} }, "headers", "over the limit of 1024"},

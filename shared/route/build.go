@@ -195,7 +195,7 @@ func checkHeaders(p string, hs map[string]string, ps *problems) {
 		case looksLikeSecret(name):
 			ps.add(field, "would carry a credential inline; %s", secretsInline)
 		case headers.Reserved(lower) || slices.Contains([]string{"te", "trailer", "upgrade", "keep-alive", "proxy-connection", "expect"}, lower):
-			ps.add(field, "is reserved: the dispatcher sets it (Content-Type, Content-Length, Host, Idempotency-Key, User-Agent, webhook-*, X-Amzn-*, Outbox-*, and the hop-by-hop headers are all reserved)")
+			ps.add(field, "is reserved: the dispatcher sets it (Content-Type, Content-Length, Host, Idempotency-Key, User-Agent, webhook-*, ce-*, X-Amzn-*, Outbox-*, and the hop-by-hop headers are all reserved)")
 		case seen[lower] != "":
 			ps.add(field, "is the same header as %q (header names are case-insensitive)", seen[lower])
 		}

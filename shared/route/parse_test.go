@@ -203,6 +203,7 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 		{"header value not a string", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": 1}}`), []want{{"routes[0].target.headers.X-Team", "must be a string, not the number 1"}}},
 		{"authorization header", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"Authorization": "Bearer abc"}}`), []want{{"routes[0].target.headers.Authorization", "would carry a credential inline; secrets are referenced with signing_secret_env or signing_secret_arn, never inline"}}},
 		{"api key header", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Api-Key": "abc"}}`), []want{{"routes[0].target.headers.X-Api-Key", "never inline"}}},
+		{"CloudEvents attribute header", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"Ce-Source": "/forged"}}`), []want{{"routes[0].target.headers.Ce-Source", "is reserved: the dispatcher sets it"}}},
 		{"headers differing in case", routeTo(`{"type": "http", "url": "https://h.example/x", "signing_secret_env": "S", "headers": {"X-Team": "a", "x-team": "b"}}`), []want{{"routes[0].target.headers.x-team", `is the same header as "X-Team" (header names are case-insensitive)`}}},
 
 		// Lambda.

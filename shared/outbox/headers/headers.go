@@ -7,11 +7,12 @@ package headers
 import "strings"
 
 // reservedPrefixes belong to the dispatcher and its targets: the outbox's
-// own attributes, the Standard Webhooks headers, and the prefixes SNS
-// reserves for itself; and the families a receiver or a proxy in front of
+// own attributes, the Standard Webhooks headers, the CloudEvents HTTP
+// binding's attribute headers (ce-*, which a route of format cloudevents
+// sends), and the prefixes SNS reserves for itself; and the families a receiver or a proxy in front of
 // it trusts for who is calling (x-forwarded-*, proxy-*, sec-*), which a
 // producer must never be able to set on a signed delivery.
-var reservedPrefixes = []string{"outbox", "webhook-", "aws.", "amazon.", "x-amz", "x-forwarded-", "proxy-", "sec-"}
+var reservedPrefixes = []string{"outbox", "webhook-", "ce-", "aws.", "amazon.", "x-amz", "x-forwarded-", "proxy-", "sec-"}
 
 // forbidden are names a producer's header may never take, because a
 // webhook delivery would send them as HTTP headers outside its signature:
