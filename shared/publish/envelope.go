@@ -178,6 +178,12 @@ func needsEscape(payload []byte) bool {
 // before any call when the payload or the envelope is over maxBytes. name
 // prefixes the errors ("webhook: ...").
 func PrepareEnvelope(name string, maxBytes int) func(*outboxtype.Message) ([]byte, int, *Result) {
+	return PrepareBody(name, "envelope", maxBytes, EncodeEnvelope)
+}
+
+// PrepareBody is PrepareEnvelope for another encoding of the message, what
+// naming it in the errors.
+func PrepareBody(name, what string, maxBytes int, encode func(*outboxtype.Message) ([]byte, error)) func(*outboxtype.Message) ([]byte, int, *Result) {
 	refuse := func(r Result) ([]byte, int, *Result) { return nil, 0, &r }
 	tooLarge := func(size int, what string) Result {
 		return Fail(outboxtype.CodePayloadTooLarge,
@@ -187,12 +193,12 @@ func PrepareEnvelope(name string, maxBytes int) func(*outboxtype.Message) ([]byt
 		if len(m.Payload) > maxBytes {
 			return refuse(tooLarge(len(m.Payload), "payload"))
 		}
-		body, err := EncodeEnvelope(m)
+		body, err := encode(m)
 		if err != nil {
-			return refuse(Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("%s: encode the envelope: %w", name, err)))
+			return refuse(Fail(outboxtype.CodeInvalidPayload, fmt.Errorf("%s: encode the %s: %w", name, what, err)))
 		}
 		if len(body) > maxBytes {
-			return refuse(tooLarge(len(body), "envelope"))
+			return refuse(tooLarge(len(body), what))
 		}
 		return body, len(body), nil
 	}

@@ -185,6 +185,15 @@ func appendTime(b []byte, m *outboxtype.Message) ([]byte, error) {
 	return created.AppendFormat(b, time.RFC3339Nano), nil
 }
 
+// Check reports why m cannot be written as an event, nil if it can.
+func (e *Encoder) Check(m *outboxtype.Message) error {
+	if err := check(m); err != nil {
+		return err
+	}
+	_, err := appendTime(nil, m)
+	return err
+}
+
 // check refuses a message no reader would take as an event: the SDKs
 // trim id and type before requiring them non-empty, so a dedupe key of
 // spaces alone (which the producer API takes) is no id.

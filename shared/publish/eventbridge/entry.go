@@ -89,7 +89,15 @@ func (b *entryBuilder) entry(m *outboxtype.Message) (types.PutEventsRequestEntry
 	if m == nil {
 		return types.PutEventsRequestEntry{}, 0, fmt.Errorf("%w: a nil message", ErrDetailNotObject)
 	}
-	if err := checkDetail(m.Payload); err != nil {
+	detail := m.Payload
+	if b.p.cloudEvents != nil {
+		// The event is an object whatever its data: any payload goes.
+		event, err := b.p.cloudEvents.Structured(m)
+		if err != nil {
+			return types.PutEventsRequestEntry{}, 0, fmt.Errorf("%w: %w", ErrNoCloudEvent, err)
+		}
+		detail = event
+	} else if err := checkDetail(m.Payload); err != nil {
 		return types.PutEventsRequestEntry{}, 0, err
 	}
 	source, detailType, err := b.names(m.Namespace, m.Topic)
@@ -100,7 +108,7 @@ func (b *entryBuilder) entry(m *outboxtype.Message) (types.PutEventsRequestEntry
 		EventBusName: b.p.bus,
 		Source:       source,
 		DetailType:   detailType,
-		Detail:       b.str(string(m.Payload)),
+		Detail:       b.str(string(detail)),
 	}
 	if !m.CreatedAt.IsZero() {
 		b.times = append(b.times, m.CreatedAt)
@@ -120,7 +128,7 @@ func (b *entryBuilder) entry(m *outboxtype.Message) (types.PutEventsRequestEntry
 		}
 		return types.PutEventsRequestEntry{}, 0, fmt.Errorf(
 			"%w: the entry is %d bytes (Source %d + DetailType %d + Detail %d + Time %d), over the route's %d-byte cap",
-			ErrEntryTooLarge, size, len(*source), len(*detailType), len(m.Payload), timeSize, b.p.maxEntryBytes)
+			ErrEntryTooLarge, size, len(*source), len(*detailType), len(detail), timeSize, b.p.maxEntryBytes)
 	}
 	return e, size, nil
 }

@@ -19,6 +19,9 @@ var (
 	// ErrInvalidDetailType: the substituted DetailType breaks EventBridge's
 	// rules (INVALID_PAYLOAD).
 	ErrInvalidDetailType = errors.New("eventbridge: invalid DetailType")
+	// ErrNoCloudEvent: the message cannot be written as a CloudEvent
+	// (route format cloudevents; INVALID_PAYLOAD).
+	ErrNoCloudEvent = errors.New("eventbridge: the message cannot be written as a CloudEvent")
 )
 
 // ErrMissingResult: EventBridge's answer had no usable result for an entry

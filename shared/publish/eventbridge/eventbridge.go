@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
 )
 
 // API is the part of the EventBridge client the publisher uses;
@@ -79,6 +80,10 @@ type Config struct {
 	// Concurrency is the most PutEvents calls in flight per Publish.
 	// Default DefaultConcurrency.
 	Concurrency int
+	// CloudEvents, when set, makes each entry's Detail the message as a
+	// structured CloudEvent instead of its payload (route format
+	// cloudevents); Source and DetailType stay as configured.
+	CloudEvents *cloudevent.Encoder
 }
 
 // WithDefaults returns c with every unset field at its default.
@@ -127,6 +132,7 @@ type Publisher struct {
 	maxEntryBytes int
 	timeout       time.Duration
 	concurrency   int
+	cloudEvents   *cloudevent.Encoder
 }
 
 var _ publish.Publisher = (*Publisher)(nil)
@@ -151,7 +157,7 @@ func New(client API, cfg Config) (*Publisher, error) {
 	}
 	return &Publisher{
 		client: client, bus: aws.String(cfg.EventBus), source: source, detailType: detailType,
-		maxEntryBytes: cfg.MaxEntryBytes, timeout: cfg.Timeout, concurrency: cfg.Concurrency,
+		maxEntryBytes: cfg.MaxEntryBytes, timeout: cfg.Timeout, concurrency: cfg.Concurrency, cloudEvents: cfg.CloudEvents,
 	}, nil
 }
 

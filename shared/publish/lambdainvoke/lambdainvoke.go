@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
 )
 
 // Limits and defaults of the Config fields.
@@ -46,6 +47,10 @@ type Config struct {
 	// Concurrency is the number of invocations in flight per Publish call
 	// (default DefaultConcurrency).
 	Concurrency int
+	// CloudEvents, when set, makes the invocation's payload the message as
+	// a structured CloudEvent instead of the envelope (route format
+	// cloudevents).
+	CloudEvents *cloudevent.Encoder
 }
 
 func (c Config) withDefaults() Config {
@@ -96,7 +101,11 @@ func New(client API, cfg Config) (*Publisher, error) {
 		timeout:    cfg.Timeout,
 		maxPayload: cfg.MaxPayloadBytes,
 	}
-	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: publish.PrepareEnvelope("lambdainvoke", p.maxPayload), Call: p.invoke}
+	prepare := publish.PrepareEnvelope("lambdainvoke", p.maxPayload)
+	if cfg.CloudEvents != nil {
+		prepare = publish.PrepareBody("lambdainvoke", "CloudEvent", p.maxPayload, cfg.CloudEvents.Structured)
+	}
+	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: prepare, Call: p.invoke}
 	return p, nil
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/publish"
 	"github.com/outboxkit/dispatcher/shared/publish/awserr"
+	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
 	ebpub "github.com/outboxkit/dispatcher/shared/publish/eventbridge"
 	"github.com/outboxkit/dispatcher/shared/publish/lambdainvoke"
 	"github.com/outboxkit/dispatcher/shared/publish/offload"
@@ -94,6 +95,12 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 		if err != nil {
 			return nil, fmt.Errorf("target: %s (%s): %w", r.Name, t.Type, err)
 		}
+		var events *cloudevent.Encoder
+		if t.Format == route.FormatCloudEvents {
+			if events, err = cloudevent.New(t.CloudEventsSource); err != nil {
+				return nil, fmt.Errorf("target: %s (%s): cloudevents.%w", r.Name, t.Type, err)
+			}
+		}
 		if offloads {
 			r = ptr(*r)
 			r.MaxPayloadBytes = min(r.MaxPayloadBytes, inlineBytes[t.Type])
@@ -108,7 +115,7 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 			}
 			p, err = snspub.New(snsClient, snspub.Config{
 				TopicARN: t.TopicARN, DefaultGroupID: t.MessageGroupID, MaxMessageBytes: r.MaxPayloadBytes,
-				Timeout: r.Timeout, Concurrency: t.Concurrency,
+				Timeout: r.Timeout, Concurrency: t.Concurrency, CloudEvents: events,
 			})
 		case "eventbridge":
 			if ebClient == nil {
@@ -116,14 +123,14 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 			}
 			p, err = ebpub.New(ebClient, ebpub.Config{
 				EventBus: t.EventBus, Source: t.Source, DetailType: t.DetailType, MaxEntryBytes: r.MaxPayloadBytes,
-				Timeout: r.Timeout, Concurrency: t.Concurrency,
+				Timeout: r.Timeout, Concurrency: t.Concurrency, CloudEvents: events,
 			})
 		case "lambda":
 			if lmClient == nil {
 				lmClient = lambda.NewFromConfig(awsCfg)
 			}
 			p, err = lambdainvoke.New(lmClient, lambdainvoke.Config{
-				Function: t.Function, Timeout: r.Timeout, MaxPayloadBytes: r.MaxPayloadBytes, Concurrency: t.Concurrency,
+				Function: t.Function, Timeout: r.Timeout, MaxPayloadBytes: r.MaxPayloadBytes, Concurrency: t.Concurrency, CloudEvents: events,
 			})
 		case "http":
 			if t.SigningSecretARN != "" && smClient == nil {
@@ -138,7 +145,7 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 				}
 				p, err = webhook.New(client, webhook.Config{
 					URL: t.URL, Secret: secret, Timeout: r.Timeout, MaxPayloadBytes: r.MaxPayloadBytes,
-					Headers: t.Headers, Concurrency: t.Concurrency,
+					Headers: t.Headers, Concurrency: t.Concurrency, CloudEvents: events,
 				})
 			}
 		default:

@@ -79,6 +79,7 @@ const (
 	RuleValueCharacters    Rule = "an attribute value may only contain the characters SNS accepts (XML 1.0 characters)"
 	RuleEmptyBody          Rule = "the message body may not be empty"
 	RuleBodyCharacters     Rule = "the message body may only contain the characters SNS accepts (XML 1.0 characters)"
+	RuleCloudEvent         Rule = "the message cannot be written as a CloudEvent"
 )
 
 // InvalidMessageError says why a message cannot be sent to SNS as it is. The
@@ -134,6 +135,13 @@ func (p *Publisher) encode(m *outboxtype.Message) (types.PublishBatchRequestEntr
 		return entry, 0, &InvalidMessageError{Rule: RuleEmptyBody}
 	}
 	body := string(m.Payload)
+	if p.cloudEvents != nil {
+		event, err := p.cloudEvents.Structured(m)
+		if err != nil {
+			return entry, 0, &InvalidMessageError{Rule: RuleCloudEvent, Detail: err.Error()}
+		}
+		body = string(event)
+	}
 	if !validText(body) {
 		return entry, 0, &InvalidMessageError{Rule: RuleBodyCharacters}
 	}
@@ -194,9 +202,9 @@ func (p *Publisher) encode(m *outboxtype.Message) (types.PublishBatchRequestEntr
 		add(AttributeExtendedPayloadSize, dataTypeNumber, strconv.Itoa(m.Offload.Size))
 	}
 
-	size := len(m.Payload) + attrBytes
+	size := len(body) + attrBytes
 	if size > p.maxMessageBytes {
-		return entry, 0, &TooLargeError{Size: size, BodyBytes: len(m.Payload), AttributeBytes: attrBytes, Limit: p.maxMessageBytes}
+		return entry, 0, &TooLargeError{Size: size, BodyBytes: len(body), AttributeBytes: attrBytes, Limit: p.maxMessageBytes}
 	}
 
 	entry.Message = &body

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
 )
 
 // API is the part of the SNS client the publisher uses; *sns.Client
@@ -57,6 +58,10 @@ type Config struct {
 	// (default 8). The client's HTTP connection pool must keep at least as
 	// many idle connections per host; see NewClient.
 	Concurrency int
+	// CloudEvents, when set, makes each message's body the message as a
+	// structured CloudEvent instead of its payload (route format
+	// cloudevents); the attributes stay as they are.
+	CloudEvents *cloudevent.Encoder
 }
 
 // WithDefaults returns c with its zero fields set to the defaults.
@@ -111,6 +116,7 @@ type Publisher struct {
 	defaultGroupID  string
 	maxMessageBytes int
 	timeout         time.Duration
+	cloudEvents     *cloudevent.Encoder
 	batcher         publish.Batcher[types.PublishBatchRequestEntry]
 }
 
@@ -133,6 +139,7 @@ func New(client API, cfg Config) (*Publisher, error) {
 		defaultGroupID:  cfg.DefaultGroupID,
 		maxMessageBytes: cfg.MaxMessageBytes,
 		timeout:         cfg.Timeout,
+		cloudEvents:     cfg.CloudEvents,
 	}
 	p.batcher = publish.Batcher[types.PublishBatchRequestEntry]{
 		MaxEntries:  maxBatchEntries,

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/outbox/headers"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish"
+	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
 )
 
 // Defaults of the Config fields left zero.
@@ -55,6 +56,10 @@ type Config struct {
 	Concurrency int
 	// UserAgent is the User-Agent header (default DefaultUserAgent).
 	UserAgent string
+	// CloudEvents, when set, sends each message as a CloudEvent in binary
+	// mode instead of the envelope (route format cloudevents): the body is
+	// the payload as it is, the attributes ce-* headers.
+	CloudEvents *cloudevent.Encoder
 }
 
 func (c Config) withDefaults() Config {
@@ -118,6 +123,7 @@ type Publisher struct {
 	timeout   time.Duration
 	maxBody   int
 	now       func() time.Time
+	events    *cloudevent.Encoder
 	batcher   publish.Batcher[[]byte]
 }
 
@@ -157,8 +163,15 @@ func New(client *http.Client, cfg Config) (*Publisher, error) {
 		timeout:   cfg.Timeout,
 		maxBody:   cfg.MaxPayloadBytes,
 		now:       time.Now,
+		events:    cfg.CloudEvents,
 	}
-	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: publish.PrepareEnvelope("webhook", p.maxBody), Call: p.post}
+	prepare := publish.PrepareEnvelope("webhook", p.maxBody)
+	if p.events != nil {
+		prepare = publish.PrepareBody("webhook", "CloudEvent", p.maxBody, func(m *outboxtype.Message) ([]byte, error) {
+			return m.Payload, p.events.Check(m) // checked here, so that the headers cannot fail when sending
+		})
+	}
+	p.batcher = publish.Batcher[[]byte]{MaxEntries: 1, Concurrency: cfg.Concurrency, Prepare: prepare, Call: p.post}
 	return p, nil
 }
 
@@ -258,6 +271,9 @@ func (p *Publisher) header(m *outboxtype.Message, key string, sentAt time.Time, 
 	h["Webhook-Timestamp"] = []string{strconv.FormatInt(sentAt.Unix(), 10)}
 	h["Webhook-Signature"] = []string{signature}
 	h["Idempotency-Key"] = []string{key}
+	if p.events != nil {
+		_ = p.events.SetBinaryHeaders(h, m) // Prepare checked the message
+	}
 	if m.Offload != nil {
 		// Marks a body whose payload is in S3 (envelope field offload), so
 		// that a receiver can tell before parsing it.
