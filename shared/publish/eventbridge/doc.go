@@ -10,6 +10,8 @@
 //	Source        the Source template, default "outbox.{namespace}"
 //	DetailType    the DetailType template, default "{topic}"
 //	Detail        the payload, byte for byte; it must be a JSON object
+//	              (with Config.CloudEvents, the structured CloudEvent, the
+//	              payload its data, whatever its JSON type)
 //	Time          the message's CreatedAt: the same on every attempt
 //	TraceHeader   the producer's X-Ray trace header, when it stored one
 //	Resources     none

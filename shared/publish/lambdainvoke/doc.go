@@ -11,7 +11,9 @@
 //
 // This is what a plugin function's author codes against.
 //
-// The event is the envelope, the same JSON an HTTP plugin receives:
+// The event is the envelope, the same JSON an HTTP plugin receives (with
+// Config.CloudEvents, route format cloudevents, the structured CloudEvent of
+// package cloudevent instead):
 //
 //	{"id":"0190…","key":"order-42-paid","namespace":"billing","topic":"invoice_paid",
 //	 "tenant_id":"t-1","ordering_key":"order-42","sequence_id":7,"attempt":1,

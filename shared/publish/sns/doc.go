@@ -39,7 +39,9 @@
 // goes out while the rest are still being encoded. A message over the cap
 // by itself is a terminal PAYLOAD_TOO_LARGE, never sent.
 //
-// The body is the payload JSON. The message attributes are outbox.id,
+// The body is the payload JSON (with Config.CloudEvents, route format
+// cloudevents, the structured CloudEvent, its data the payload). The
+// message attributes are outbox.id,
 // outbox.namespace, outbox.topic, outbox.attempt (Number), and when set
 // outbox.tenant_id, outbox.dedupe_key, outbox.sequence_id (Number) and
 // outbox.trace_header — SNS has no per-message trace field, so the

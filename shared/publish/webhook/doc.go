@@ -35,6 +35,14 @@
 // the envelope's payload null and its offload field pointing at the object,
 // with a presigned GET URL; the request carries HeaderPayloadOffloaded.
 //
+// With Config.CloudEvents (route format cloudevents) the request is a
+// CloudEvent in the HTTP binding's binary mode: the body is the payload as
+// stored, not the envelope, and the headers above gain ce-specversion,
+// ce-id (the webhook-id), ce-source, ce-type, ce-time and, when the message
+// has them, ce-partitionkey, ce-sequence and ce-tenantid (package
+// cloudevent). The signature still covers the body; a message header named
+// ce-* is never sent.
+//
 // # Outcomes
 //
 // Statuses map in one place (classifyResponse):
