@@ -97,7 +97,9 @@ func CheckSource(sourceTemplate string) error {
 // parseSource splits a template at its placeholders. The literal text must
 // be a URI reference without spaces or escapes to make (a namespace and a
 // topic only ever add letters, digits and . _ : / -), so that the expanded
-// source is always one.
+// source is always one. Nor may it hold a percent escape: the HTTP binding
+// would have the header escape its %, which not every SDK decodes, and the
+// same event would read differently in binary and structured mode.
 func parseSource(t string) ([]sourcePart, error) {
 	switch {
 	case t == "":
@@ -130,11 +132,10 @@ func parseSource(t string) ([]sourcePart, error) {
 	return parts, nil
 }
 
-// uriChar is a character RFC 3986 allows in a URI reference as it is, or
-// the percent of an escape.
+// uriChar is a character RFC 3986 allows in a URI reference as it is.
 func uriChar(r rune) bool {
 	return r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
-		strings.ContainsRune("-._~:/?#[]@!$&'()*+,;=%", r))
+		strings.ContainsRune("-._~:/?#[]@!$&'()*+,;=", r))
 }
 
 // Source is the source attribute of a message of namespace and topic.

@@ -224,6 +224,7 @@ func TestSourceTemplates(t *testing.T) {
 		"/outbox/{tenant}":        "unknown placeholder",
 		"/outbox/{namespace":      "unknown placeholder",
 		"/out box":                "character ' '",
+		"/out%20box":              "character '%'",
 		"/outbox/\u00e9":          "character 'é'",
 		strings.Repeat("a", 1025): "over the limit of 1024",
 	} {
