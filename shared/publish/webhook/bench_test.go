@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
 	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
@@ -31,4 +32,36 @@ func BenchmarkPublishLittlesLaw(b *testing.B) {
 	b.Cleanup(srv.Close)
 	p := newTestPublisher(b, srv.URL, func(c *Config) { c.Concurrency = shape.Concurrency })
 	publishtest.BenchLittlesLaw(b, p, shape)
+}
+
+// BenchmarkRequestCPU is the publisher's own CPU for one message before
+// the network: its body (Prepare), the signature and the header, in the
+// envelope and as a CloudEvent in binary mode, for a 300-byte payload.
+//
+//	go test -run '^$' -bench BenchmarkRequestCPU -benchmem ./shared/publish/webhook/
+func BenchmarkRequestCPU(b *testing.B) {
+	events, err := cloudevent.New("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, configure := range map[string]func(*Config){
+		"envelope":    nil,
+		"cloudevents": func(c *Config) { c.CloudEvents = events },
+	} {
+		b.Run(name, func(b *testing.B) {
+			p := newTestPublisher(b, "http://127.0.0.1:9/hook", configure)
+			m := publishtest.Message(0, 300)
+			m.OrderingKey, m.SequenceID = "account-7", 42
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				body, _, refused := p.batcher.Prepare(m)
+				if refused != nil {
+					b.Fatal(refused.Err)
+				}
+				key := m.StableKey()
+				_ = p.header(m, key, now, p.signer.Sign(key, now, body))
+			}
+		})
+	}
 }
