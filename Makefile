@@ -131,6 +131,7 @@ FUZZ_TARGETS := \
 	./shared/route:FuzzParse \
 	./shared/publish/webhook:FuzzClassifyResponse \
 	./shared/publish:FuzzEncodeEnvelope \
+	./shared/publish/cloudevent:FuzzStructured \
 	./shared/handler/dispatchfn:FuzzParseEvent \
 	./shared/handler/reaperfn:FuzzParseEvent \
 	./shared/handler/replayfn:FuzzParseEvent \
