@@ -189,8 +189,13 @@ func appendTime(b []byte, m *outboxtype.Message) ([]byte, error) {
 	return created.AppendFormat(b, time.RFC3339Nano), nil
 }
 
+var errNoPayload = errors.New("cloudevent: the message has no payload")
+
 // Check reports why m cannot be written as an event, nil if it can.
 func (e *Encoder) Check(m *outboxtype.Message) error {
+	if len(m.Payload) == 0 {
+		return errNoPayload
+	}
 	if err := check(m); err != nil {
 		return err
 	}
@@ -219,7 +224,7 @@ func (e *Encoder) Structured(m *outboxtype.Message) ([]byte, error) {
 // AppendStructured appends the JSON event format's object for m to b.
 func (e *Encoder) AppendStructured(b []byte, m *outboxtype.Message) ([]byte, error) {
 	if len(m.Payload) == 0 {
-		return nil, errors.New("cloudevent: the message has no payload")
+		return nil, errNoPayload
 	}
 	if err := check(m); err != nil {
 		return nil, err
