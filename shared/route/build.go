@@ -172,7 +172,7 @@ func checkTemplates(p string, t Target, m Match, ps *problems) {
 // whose pointers have no CloudEvents form the targets' readers share.
 func checkFormat(p string, rc *routeConfig, ps *problems) {
 	switch {
-	case rc.Format != FormatCloudEvents && rc.CloudEvents.Source != "":
+	case rc.Format == "" && rc.CloudEvents.Source != "":
 		ps.add(p+".cloudevents", "is set but format is not \"cloudevents\"; set format: cloudevents, or remove it")
 	case rc.Format == FormatCloudEvents && rc.Offload != (Offload{}):
 		ps.add(p+".format", "cloudevents cannot be combined with offload: an offloaded payload has no CloudEvents form here; remove one of them")

@@ -250,6 +250,7 @@ func TestParseRejectsBadRoutes(t *testing.T) {
 		{"format unknown", routeTo(snsTarget, `"format": "cloudevent"`), []want{{"routes[0].format", `must be "cloudevents" (leave format out for the target's own format)`}}},
 		{"format with offload", routeTo(snsTarget, `"format": "cloudevents", "offload": {"bucket": "b-1"}`), []want{{"routes[0].format", "cannot be combined with offload"}}},
 		{"cloudevents without format", routeTo(httpTarget, `"cloudevents": {"source": "/s"}`), []want{{"routes[0].cloudevents", `format is not "cloudevents"`}}},
+		{"format unknown, with cloudevents", routeTo(httpTarget, `"format": "ce", "cloudevents": {"source": "/s"}`), []want{{"routes[0].format", `must be "cloudevents"`}}},
 		{"cloudevents unknown field", routeTo(httpTarget, `"format": "cloudevents", "cloudevents": {"type": "t"}`), []want{{"routes[0].cloudevents.type", "unknown field"}}},
 		{"cloudevents source with a space", routeTo(lambdaTarget, `"format": "cloudevents", "cloudevents": {"source": "/a b"}`), []want{{"routes[0].cloudevents.source", "must be 1-1024 characters of a URI reference"}}},
 		{"cloudevents source with an unknown placeholder", routeTo(ebTarget, `"format": "cloudevents", "cloudevents": {"source": "/{tenant}"}`), []want{{"routes[0].cloudevents.source", "unknown placeholder"}}},
