@@ -564,6 +564,9 @@ func TestColdStartRejectsBadConfiguration(t *testing.T) {
 			[]string{"routes[0].match.topic", "routes[0].target.type", "carrier-pigeon"}},
 		{"inline secret", "dispatch", env(db, `OUTBOX_ROUTES={"routes":[{"match":{"namespace":"*","topic":"*"},"target":{"type":"http","url":"https://x.example/","signing_secret":"whsec_abc"}}]}`),
 			[]string{"routes[0].target.signing_secret", "signing_secret_env or signing_secret_arn"}},
+		{"unknown format, and cloudevents with offload", "dispatch", env(db, `OUTBOX_ROUTES={"routes":[{"match":{"namespace":"a","topic":"*"},"format":"cloudevent","target":{"type":"lambda","function":"f"}},`+
+			`{"match":{"namespace":"b","topic":"*"},"format":"cloudevents","offload":{"bucket":"b-1"},"target":{"type":"sns","topic_arn":"arn:aws:sns:us-east-1:123456789012:t"}}]}`),
+			[]string{`routes[0].format: must be "cloudevents"`, "routes[1].format: cloudevents cannot be combined with offload"}},
 		{"missing signing secret", "dispatch", env(db, "OUTBOX_ROUTES="+strings.Replace(good, "SINK_SECRET", "NOT_SET_ANYWHERE", 1)),
 			[]string{"NOT_SET_ANYWHERE"}},
 		{"bad batch size and margin", "dispatch", env(db, "OUTBOX_ROUTES="+good, "OUTBOX_BATCH_SIZE=0", "OUTBOX_SAFETY_MARGIN=soon"),
