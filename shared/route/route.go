@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkit/dispatcher/shared/backoff"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/payloadschema"
+	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
 )
 
 // Wildcard is the match pattern that matches every namespace or topic.
@@ -26,7 +27,7 @@ const (
 	TypeEventBridge   = "eventbridge"
 	TypeHTTP          = "http"
 	TypeLambda        = "lambda"
-	FormatCloudEvents = "cloudevents"
+	FormatCloudEvents = cloudevent.Format
 )
 
 // Table is a validated routing configuration, built by Parse; it is

@@ -179,8 +179,8 @@ func appendSequence(b []byte, id int64) []byte {
 	return append(b, d...)
 }
 
-// timeOf is a message's time attribute, or an error when RFC 3339 cannot
-// write it (a year outside 0-9999, which a stored message never has).
+// appendTime appends a message's time attribute, or fails when RFC 3339
+// cannot write it (a year outside 0-9999, which a stored message never has).
 func appendTime(b []byte, m *outboxtype.Message) ([]byte, error) {
 	created := m.CreatedAt.UTC()
 	if y := created.Year(); y < 0 || y > 9999 {
@@ -229,7 +229,7 @@ func (e *Encoder) AppendStructured(b []byte, m *outboxtype.Message) ([]byte, err
 	if err := check(m); err != nil {
 		return nil, err
 	}
-	b = append(b, `{"specversion":"1.0","id":`...)
+	b = append(b, `{"specversion":"`+SpecVersion+`","id":`...)
 	b = appendString(b, m.StableKey())
 	b = append(b, `,"source":"`...)
 	b = e.appendSource(b, m.Namespace, m.Topic) // a URI reference: nothing to escape
@@ -240,7 +240,7 @@ func (e *Encoder) AppendStructured(b []byte, m *outboxtype.Message) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
-	b = append(b, `","datacontenttype":"application/json"`...)
+	b = append(b, `","datacontenttype":"`+DataContentType+`"`...)
 	if m.OrderingKey != "" {
 		b = append(b, `,"partitionkey":`...)
 		b = appendString(b, m.OrderingKey)
