@@ -181,8 +181,8 @@ func PrepareEnvelope(name string, maxBytes int) func(*outboxtype.Message) ([]byt
 	return PrepareBody(name, "envelope", maxBytes, EncodeEnvelope)
 }
 
-// PrepareBody is PrepareEnvelope for another encoding of the message, what
-// naming it in the errors.
+// PrepareBody is PrepareEnvelope for another encoding of the message,
+// which the errors call what (such as "CloudEvent").
 func PrepareBody(name, what string, maxBytes int, encode func(*outboxtype.Message) ([]byte, error)) func(*outboxtype.Message) ([]byte, int, *Result) {
 	refuse := func(r Result) ([]byte, int, *Result) { return nil, 0, &r }
 	tooLarge := func(size int, what string) Result {

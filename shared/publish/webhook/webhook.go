@@ -250,7 +250,11 @@ func (p *Publisher) postOne(ctx context.Context, m *outboxtype.Message, body []b
 // header is a request's header: the message's own headers, then the static
 // ones over them, then the protocol's over everything.
 func (p *Publisher) header(m *outboxtype.Message, key string, sentAt time.Time, signature string) http.Header {
-	h := make(http.Header, len(m.Headers)+len(p.staticHdr)+6)
+	protocol := 6
+	if p.events != nil {
+		protocol += 8 // the ce-* headers
+	}
+	h := make(http.Header, len(m.Headers)+len(p.staticHdr)+protocol)
 	for name, value := range m.Headers {
 		if !validHeaderName(name) || !validHeaderValue(value) {
 			continue // carried in the envelope only
