@@ -132,6 +132,7 @@ FUZZ_TARGETS := \
 	./shared/publish/webhook:FuzzClassifyResponse \
 	./shared/publish:FuzzEncodeEnvelope \
 	./shared/publish/cloudevent:FuzzStructured \
+	./migrations:FuzzTraceContextAgreesWithOpenTelemetry \
 	./shared/handler/dispatchfn:FuzzParseEvent \
 	./shared/handler/reaperfn:FuzzParseEvent \
 	./shared/handler/replayfn:FuzzParseEvent \

@@ -200,6 +200,8 @@ BEGIN
                                            octet_length(kv.value #>> '{}'), v_max_header_value)
                                 WHEN (kv.value #>> '{}') ~ c_control THEN
                                     format('value of %s contains a control character', quote_ident(kv.key))
+                                WHEN lower(kv.key) IN ('traceparent', 'tracestate') THEN
+                                    outbox.trace_context_problem(kv.key, kv.value #>> '{}', c.hj ? 'traceparent')
                             END AS problem
                             FROM jsonb_each(c.hj) kv) h
                       WHERE h.problem IS NOT NULL

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	producerheaders "github.com/outboxkit/dispatcher/shared/outbox/headers"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
@@ -137,6 +138,12 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) ([]outboxtype.Mes
 		// A NULL's String and Int64 are their zero values.
 		m.TenantID, m.DedupeKey, m.OrderingKey, m.TraceHeader = tenant.String, dedupe.String, ordering.String, trace.String
 		m.SequenceID = sequence.Int64
+		if m.TraceHeader == "" && m.Headers != nil {
+			// A producer traced with OpenTelemetry alone: X-Ray (the
+			// dispatcher's spans, EventBridge's and SNS's trace header)
+			// joins the same trace.
+			m.TraceHeader = producerheaders.XRayTraceHeader(m.Headers[producerheaders.TraceParent])
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, translate("claim", err)

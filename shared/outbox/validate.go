@@ -154,6 +154,7 @@ func (l Limits) validate(m Message, index int) error {
 	if len(m.Headers) > l.MaxHeaders {
 		return fail("headers", "has %d entries, more than the limit of %d", len(m.Headers), l.MaxHeaders)
 	}
+	_, hasTraceParent := m.Headers[headers.TraceParent]
 	for name, value := range m.Headers {
 		if !headerNamePattern.MatchString(name) {
 			return fail("headers", "name %q must be 1-64 characters of letters, digits and _ . -, starting with a letter or digit", name)
@@ -166,6 +167,9 @@ func (l Limits) validate(m Message, index int) error {
 		}
 		if msg := checkText(value); msg != "" {
 			return fail("headers", "value of %q %s", name, msg)
+		}
+		if msg := headers.TraceContextProblem(name, value, hasTraceParent); msg != "" {
+			return fail("headers", "%s", msg)
 		}
 	}
 

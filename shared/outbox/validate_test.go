@@ -49,6 +49,11 @@ func TestValidateRejectsEachBadField(t *testing.T) {
 		{"x-forwarded-for header", func(m *Message) { m.Headers = map[string]string{"X-Forwarded-For": "10.0.0.1"} }, "headers", "reserved"},
 		{"CloudEvents attribute header", func(m *Message) { m.Headers = map[string]string{"Ce-Type": "forged.by.producer"} }, "headers", "reserved"},
 		{"method override header", func(m *Message) { m.Headers = map[string]string{"X-HTTP-Method-Override": "DELETE"} }, "headers", "reserved"},
+		{"traceparent capitalised", func(m *Message) {
+			m.Headers = map[string]string{"Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+		}, "headers", `must be written "traceparent"`},
+		{"traceparent malformed", func(m *Message) { m.Headers = map[string]string{"traceparent": "00-abc-01"} }, "headers", "not a version 00 traceparent"},
+		{"tracestate alone", func(m *Message) { m.Headers = map[string]string{"tracestate": "rojo=1"} }, "headers", "without a traceparent"},
 		{"header value with CRLF", func(m *Message) { m.Headers = map[string]string{"x-req": "a\r\nb"} }, "headers", "control character"},
 		{"header value too long", func(m *Message) { m.Headers = map[string]string{"x-req": strings.Repeat("v", 1025)} }, "headers", "over the limit of 1024"},
 		{"trace header with space", func(m *Message) { m.TraceHeader = "Root=1 2" }, "trace_header", "printable ASCII"},

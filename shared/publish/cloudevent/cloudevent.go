@@ -14,6 +14,8 @@
 //	partitionkey     the ordering key, when there is one (Partitioning extension)
 //	sequence         the sequence id, zero-padded to 19 digits so that it orders as a string (Sequence extension)
 //	tenantid         the tenant id, when there is one
+//	traceparent      the producer's traceparent header, and tracestate with it (Distributed Tracing
+//	                 extension; structured mode: in binary mode they are the HTTP headers of those names)
 //
 // The encoder is written by hand rather than with the CloudEvents Go SDK
 // (github.com/cloudevents/sdk-go/v2), because the dispatch function runs on
@@ -38,6 +40,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outboxkit/dispatcher/shared/outbox/headers"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
@@ -252,6 +255,17 @@ func (e *Encoder) AppendStructured(b []byte, m *outboxtype.Message) ([]byte, err
 	if m.TenantID != "" {
 		b = append(b, `,"tenantid":`...)
 		b = appendString(b, m.TenantID)
+	}
+	// The Distributed Tracing extension: the producer's trace context, which
+	// the structured targets carry nowhere else. (In binary mode the
+	// traceparent and tracestate HTTP headers are the extension.)
+	if parent := m.Headers[headers.TraceParent]; parent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = appendString(b, parent)
+		if state := m.Headers[headers.TraceState]; state != "" {
+			b = append(b, `,"tracestate":`...)
+			b = appendString(b, state)
+		}
 	}
 	b = append(b, `,"data":`...)
 	buf := bytes.NewBuffer(b)

@@ -13,7 +13,8 @@
 //	              (with Config.CloudEvents, the structured CloudEvent, the
 //	              payload its data, whatever its JSON type)
 //	Time          the message's CreatedAt: the same on every attempt
-//	TraceHeader   the producer's X-Ray trace header, when it stored one
+//	TraceHeader   the producer's X-Ray trace header, when it stored one,
+//	              else X-Ray's form of its traceparent header
 //	Resources     none
 //
 // The templates are compiled once by [New]; {namespace} and {topic} are the
