@@ -170,6 +170,11 @@ func (o *operator) replayDead(ctx context.Context, unorderedToo bool) error {
 // for d and resumes it.
 func (o *operator) pause(ctx context.Context, flt *fleet, namespace, topic string, d time.Duration, n int) error {
 	reason := fmt.Sprintf("soak: pause %d of %s/%s", n, namespace, topic)
+	// A lease held just before the pause may be given up before the
+	// listing below (a call timed out, a lease taken over) while its call
+	// still reaches the target: those are in flight too.
+	before := time.Now()
+	leasedBefore := flt.leased(ctx, leasedSQL+` WHERE h.lease_token IS NOT NULL`)
 	if _, err := o.run(ctx, "pause", "--namespace", namespace, "--topic", topic, "--reason", reason); err != nil {
 		return err
 	}
@@ -178,7 +183,7 @@ func (o *operator) pause(ctx context.Context, flt *fleet, namespace, topic strin
 	// too, whatever their topic.
 	leased := flt.leased(ctx, leasedSQL+` WHERE h.lease_token IS NOT NULL`)
 	w := PauseWindow{Namespace: namespace, Topic: topic, Start: time.Now(), inFlight: map[uuid.UUID]struct{}{}}
-	for _, id := range leased {
+	for _, id := range append(leased, leasedBefore...) {
 		w.inFlight[id] = struct{}{}
 	}
 	if err := flt.admin.QueryRow(ctx, `SELECT count(*) FROM outbox.pending WHERE namespace = $1 AND topic = $2 AND NOT (id = ANY($3))`,
@@ -192,6 +197,17 @@ func (o *operator) pause(ctx context.Context, flt *fleet, namespace, topic strin
 	case <-time.After(d):
 	}
 	w.End = time.Now()
+	// A worker whose lease expired or whose call the dispatcher gave up
+	// on may still be calling the target (a zombie, a slow answer): the
+	// pause holds what is claimed after it, and cannot recall a call
+	// already made. Their messages' deliveries in the window are theirs.
+	zombies := flt.leased(ctx, `SELECT DISTINCT message_id FROM outbox.attempts
+		WHERE namespace = $1 AND topic = $2 AND created_at BETWEEN $3 AND $4
+		  AND (state = 'ZOMBIE_REQUEUE' OR (state = 'RETRYABLE' AND error_code IN ('TIMEOUT', 'CANCELED')))`,
+		namespace, topic, before.Add(-2*time.Minute), w.End)
+	for _, id := range zombies {
+		w.inFlight[id] = struct{}{}
+	}
 	if _, err := o.run(ctx, "resume", "--namespace", namespace, "--topic", topic, "--reason", reason+" over"); err != nil {
 		return err
 	}
