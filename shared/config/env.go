@@ -123,8 +123,8 @@ const LambdaFullCPUMemoryMB = 1769
 // least 2 under a CPU quota) then keeps a second processor that the share
 // never lets run beside the first: every goroutine made runnable wakes an
 // idle thread to take it, a futex wake and a context switch paid out of the
-// same share. A dispatch invocation at 256 MB's share spent 16% less CPU
-// per message to EventBridge with one (docs/PERFORMANCE.md, "The
+// same share. A dispatch invocation at 256 MB's share spent 7-10% less
+// CPU per message to EventBridge with one (docs/PERFORMANCE.md, "The
 // functions' runtime"). It is 0, leave the runtime's default, outside
 // Lambda and when GOMAXPROCS is set: the runtime applied that one itself
 // at start.
