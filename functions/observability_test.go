@@ -330,8 +330,10 @@ func awaitOutput(t *testing.T, fn *lambdatest.Function, marker string, n int) st
 // Each function sets its collector for the function's memory at cold start
 // and says so in its cold-start line: a soft limit of four fifths of the
 // memory, and a pace of five times the live heap between collections
-// (config.GCPercent) under it. GOGC and GOMEMLIMIT set by the deployer are
-// the runtime's own and stay as they are.
+// (config.GCPercent) under it; and its scheduler for the CPU that memory
+// buys: one processor below 1,769 MB (config.MaxProcs). GOGC, GOMEMLIMIT
+// and GOMAXPROCS set by the deployer are the runtime's own and stay as
+// they are.
 func TestColdStartTunesTheCollectorForTheFunctionsMemory(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -340,12 +342,13 @@ func TestColdStartTunesTheCollectorForTheFunctionsMemory(t *testing.T) {
 		extra    []string
 		gogc     float64
 		limitMiB float64
+		procs    float64
 	}{
 		// lambdatest runs every function with 256 MB, the template's size.
-		{"dispatch", nil, 400, 204}, // four fifths of 256 MiB, in whole MiB
-		{"reaper", nil, 400, 204},   // four fifths of 256 MiB, in whole MiB
-		{"dispatch", []string{"GOGC=150", "GOMEMLIMIT=100MiB"}, 150, 100},
-		{"dispatch", []string{"GOGC=off"}, -1, 204}, // four fifths of 256 MiB, in whole MiB
+		{"dispatch", nil, 400, 204, 1}, // four fifths of 256 MiB, in whole MiB
+		{"reaper", nil, 400, 204, 1},   // four fifths of 256 MiB, in whole MiB
+		{"dispatch", []string{"GOGC=150", "GOMEMLIMIT=100MiB", "GOMAXPROCS=3"}, 150, 100, 3},
+		{"dispatch", []string{"GOGC=off"}, -1, 204, 1}, // four fifths of 256 MiB, in whole MiB
 	} {
 		t.Run(tc.function+" "+strings.Join(tc.extra, " "), func(t *testing.T) {
 			extra := tc.extra
@@ -359,12 +362,16 @@ func TestColdStartTunesTheCollectorForTheFunctionsMemory(t *testing.T) {
 			var got struct {
 				GOGC     *float64 `json:"gogc"`
 				LimitMiB *float64 `json:"memory_limit_mib"`
+				Procs    *float64 `json:"gomaxprocs"`
 			}
 			if err := json.Unmarshal([]byte(line), &got); err != nil {
 				t.Fatalf("cold start line %q: %v", line, err)
 			}
 			if got.GOGC == nil || got.LimitMiB == nil || *got.GOGC != tc.gogc || *got.LimitMiB != tc.limitMiB {
 				t.Errorf("cold start line %s: want gogc %v and memory_limit_mib %v", line, tc.gogc, tc.limitMiB)
+			}
+			if got.Procs == nil || *got.Procs != tc.procs {
+				t.Errorf("cold start line %s: want gomaxprocs %v", line, tc.procs)
 			}
 		})
 	}

@@ -25,6 +25,7 @@ import (
 func main() {
 	env := config.OS()
 	handler.TuneCollector(env)
+	handler.TuneScheduler(env)
 	// Routes named by OUTBOX_ROUTES_SSM_PARAMETER are read here, once per
 	// cold start; nothing loads the AWS configuration for it otherwise.
 	env.ReadParameter = ssmparam.Reader(context.Background(), func(ctx context.Context) (aws.Config, error) {

@@ -20,6 +20,7 @@ import (
 
 func main() {
 	handler.TuneCollector(config.OS())
+	handler.TuneScheduler(config.OS())
 	cfg, err := config.LoadReplay(config.OS())
 	if err != nil {
 		handler.FailInit("dlq-replay", err)

@@ -20,6 +20,7 @@ import (
 
 func main() {
 	handler.TuneCollector(config.OS())
+	handler.TuneScheduler(config.OS())
 	cfg, err := config.LoadMetrics(config.OS())
 	if err != nil {
 		handler.FailInit("metrics", err)

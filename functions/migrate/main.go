@@ -20,6 +20,7 @@ import (
 
 func main() {
 	handler.TuneCollector(config.OS())
+	handler.TuneScheduler(config.OS())
 	cfg, err := config.LoadFunction(config.OS())
 	h, closeFn := migratefn.New(cfg, err, handler.Deps{})
 	// See functions/dispatch: SIGTERM closes the pool before the

@@ -110,6 +110,36 @@ func MemoryLimit(env Env) int64 {
 	return mb << 20 * 4 / 5
 }
 
+// LambdaFullCPUMemoryMB is the memory size at which Lambda gives a function
+// one full vCPU of time; below it, a share in proportion to its memory
+// (256 MB: 14.5% of one CPU), above it, in proportion again up to six.
+const LambdaFullCPUMemoryMB = 1769
+
+// MaxProcs is the processors a function's Go scheduler should run
+// goroutines on (runtime.GOMAXPROCS): the vCPUs of time its memory size
+// buys (AWS_LAMBDA_FUNCTION_MEMORY_SIZE ÷ LambdaFullCPUMemoryMB, rounded
+// up), so 1 below 1,769 MB. Lambda shows a function two vCPUs or more
+// whatever its share, and the runtime's default (the CPUs it sees, at
+// least 2 under a CPU quota) then keeps a second processor that the share
+// never lets run beside the first: every goroutine made runnable wakes an
+// idle thread to take it, a futex wake and a context switch paid out of the
+// same share. A dispatch invocation at 256 MB's share spent 7-10% less
+// CPU per message to EventBridge with one (docs/PERFORMANCE.md, "The
+// functions' runtime"). It is 0, leave the runtime's default, outside
+// Lambda and when GOMAXPROCS is set: the runtime applied that one itself
+// at start.
+func MaxProcs(env Env) int {
+	getenv := env.getenv()
+	if getenv("GOMAXPROCS") != "" {
+		return 0
+	}
+	mb, err := strconv.ParseInt(getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"), 10, 64)
+	if err != nil || mb <= 0 {
+		return 0
+	}
+	return int((mb + LambdaFullCPUMemoryMB - 1) / LambdaFullCPUMemoryMB)
+}
+
 // FunctionGCPercent is the collector's pace inside a function (GOGC): the
 // heap may grow to five times what is live between collections, not twice,
 // because a function's memory is billed whether it is used or not and the

@@ -240,3 +240,27 @@ func TestGCPercentRaisesThePaceOnlyInsideAFunction(t *testing.T) {
 		}
 	}
 }
+
+// The scheduler's processors follow the vCPUs of time the function's
+// memory buys, one below 1,769 MB; a GOMAXPROCS the deployer set is the
+// runtime's own, and outside Lambda the runtime's default stands.
+func TestMaxProcsFollowsTheFunctionsCPUShare(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		want int
+	}{
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128"}, 1},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256"}, 1},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}, 1},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1770"}, 2},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "10240"}, 6},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256", "GOMAXPROCS": "4"}, 0},
+		{map[string]string{}, 0},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "lots"}, 0},
+		{map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "0"}, 0},
+	} {
+		if got := MaxProcs(env(tc.vars)); got != tc.want {
+			t.Errorf("MaxProcs(%v) = %d, want %d", tc.vars, got, tc.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -86,6 +87,6 @@ func Connect(ctx context.Context, function string, cfg config.Function, deps Dep
 	store.AttemptCeiling = ceiling
 	gogc, limitMiB := collectorSettings()
 	rt.Log.Info("cold start", "tracing", rt.Tracer.Enabled(), "tracing_reason", rt.Tracer.Reason(), "database", cfg.Database.String(),
-		"gogc", gogc, "memory_limit_mib", limitMiB)
+		"gogc", gogc, "memory_limit_mib", limitMiB, "gomaxprocs", runtime.GOMAXPROCS(0))
 	return &Common{RT: rt, Pool: pool, Store: store, AWS: awsCfg}, nil
 }

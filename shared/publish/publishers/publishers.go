@@ -9,10 +9,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -58,18 +56,13 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 	// outbox retries with its own backoff, and an invocation's deadline is
 	// better spent on other messages than on one throttled call.
 	awsCfg.Retryer = awserr.NewRetryer
-	// One HTTP client for the AWS SDK clients, with enough idle connections
-	// per host for every call in flight: the default of 2 would make each
-	// burst reconnect.
+	// One HTTP client for the AWS SDK clients (awsHTTPClient): a pool for
+	// every call in flight, each request in one write.
 	inFlight := 0
 	for _, r := range table.Routes {
 		inFlight = max(inFlight, r.Target.Concurrency)
 	}
-	awsCfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.MaxIdleConns = max(256, 2*inFlight)
-		t.MaxIdleConnsPerHost = max(64, inFlight)
-		t.IdleConnTimeout = 90 * time.Second
-	})
+	awsCfg.HTTPClient = awsHTTPClient(inFlight)
 
 	var (
 		snsClient *sns.Client

@@ -32,6 +32,8 @@ const (
 //   - a PublishBatch serializer of this package's in place of the SDK's:
 //     the same request, byte for byte, for a fraction of the CPU (see
 //     publishBatchSerializer), which a hot ordering key pays on every call;
+//     and a deserializer that reads SNS's plain answers into the output
+//     the SDK's builds, without encoding/xml (publishBatchDeserializer);
 //   - an HTTP connection pool that keeps at least maxInFlight idle
 //     connections per host, maxInFlight being the PublishBatch calls the
 //     function can have in flight at once (Config.Concurrency times the
@@ -53,7 +55,7 @@ func NewClient(awsCfg aws.Config, maxInFlight int, optFns ...func(*sns.Options))
 		}
 		// Clipped, so that appending never writes into a slice the
 		// configuration shares with other clients.
-		o.APIOptions = append(slices.Clip(o.APIOptions), swapPublishBatchSerializer)
+		o.APIOptions = append(slices.Clip(o.APIOptions), swapPublishBatchSerializer, swapPublishBatchDeserializer)
 	}
 	return sns.NewFromConfig(awsCfg, append([]func(*sns.Options){configure}, optFns...)...)
 }

@@ -618,3 +618,49 @@ func TestAPanicCostsOneMessageNotTheProcess(t *testing.T) {
 		}
 	}
 }
+
+// writeCountingConn counts the writes made to a connection: each is a
+// system call and, without Nagle's delay, a TCP segment.
+type writeCountingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCountingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// A request of a few KiB, headers and body, goes out in one write; with
+// net/http's default buffer of 4 KiB a body past about 3.5 KiB took two.
+func TestARequestOfAFewKiBGoesOutInOneWrite(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(srv.Close)
+	var writes atomic.Int64
+	client := NewHTTPClient(1)
+	transport := client.Transport.(*http.Transport)
+	dial := transport.DialContext
+	transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCountingConn{Conn: c, writes: &writes}, nil
+	}
+	p, err := New(client, Config{URL: srv.URL, Secret: []byte("whsec-test-secret-32-bytes-long!")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const requests = 5
+	for i, r := range p.Publish(context.Background(), publishtest.Messages(requests, 16<<10)) {
+		if r.Kind != publish.Delivered {
+			t.Fatalf("message %d: %s %s %v", i, r.Kind, r.Code, r.Err)
+		}
+	}
+	if got := writes.Load(); got != requests {
+		t.Errorf("%d writes for %d requests of 16 KiB, want one a request", got, requests)
+	}
+}

@@ -329,8 +329,11 @@ func documentLevel(applicationLevel string) string {
 
 // groupFor returns the group for dims, creating it. The caller holds l.mu.
 func (l *Logger) groupFor(dims []Dimension) (*group, error) {
-	key := groupKey(dims)
-	if g := l.byKey[key]; g != nil {
+	// The key is built on the stack and looked up without a string of its
+	// own: the dispatch function puts a value per message delivered.
+	var buf [128]byte
+	key := appendGroupKey(buf[:0], dims)
+	if g := l.byKey[string(key)]; g != nil {
 		return g, nil
 	}
 	if err := checkDimensions(dims); err != nil {
@@ -350,27 +353,24 @@ func (l *Logger) groupFor(dims []Dimension) (*group, error) {
 		}
 	}
 	g := &group{dims: append(slices.Clone(l.defaults), dims...), byName: map[string]*metric{}}
-	l.byKey[key] = g
+	l.byKey[string(key)] = g
 	l.groups = append(l.groups, g)
 	return g, nil
 }
 
-// groupKey identifies a combination of dimension values whatever the order
-// the caller listed them in.
-func groupKey(dims []Dimension) string {
-	if len(dims) == 0 {
-		return ""
+// appendGroupKey appends the key of a combination of dimension values,
+// the same whatever the order the caller listed them in.
+func appendGroupKey(b []byte, dims []Dimension) []byte {
+	byName := func(a, b Dimension) int { return strings.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(dims, byName) {
+		dims = slices.Clone(dims)
+		slices.SortFunc(dims, byName)
 	}
-	sorted := slices.Clone(dims)
-	slices.SortFunc(sorted, func(a, b Dimension) int { return strings.Compare(a.Name, b.Name) })
-	var b strings.Builder
-	for _, d := range sorted {
-		b.WriteString(d.Name)
-		b.WriteByte(0)
-		b.WriteString(d.Value)
-		b.WriteByte(0)
+	for _, d := range dims {
+		b = append(append(b, d.Name...), 0)
+		b = append(append(b, d.Value...), 0)
 	}
-	return b.String()
+	return b
 }
 
 func (g *group) hasDimension(name string) bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
@@ -392,5 +393,28 @@ func TestFlushReportsWriteErrors(t *testing.T) {
 	must(t, m.Put("Claimed", 1, emf.Count))
 	if err := m.Flush(failingWriter{}); err == nil || !strings.Contains(err.Error(), "stdout closed") {
 		t.Fatalf("Flush = %v, want the write error", err)
+	}
+}
+
+// BenchmarkPutWithADimension is the dispatch function's per-message
+// metric: one value of DispatchLatency under its TargetType dimension.
+//
+//	go test -run '^$' -bench PutWithADimension -benchmem ./shared/telemetry/emf
+func BenchmarkPutWithADimension(b *testing.B) {
+	m, err := emf.New("Outbox", fn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dims := []emf.Dimension{{Name: "TargetType", Value: "eventbridge"}}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if err := m.PutWith(dims, "DispatchLatency", float64(i%1000), emf.Milliseconds); err != nil {
+			b.Fatal(err)
+		}
+		if i%10000 == 9999 {
+			b.StopTimer()
+			_ = m.Flush(io.Discard)
+			b.StartTimer()
+		}
 	}
 }
