@@ -103,6 +103,27 @@ CREATE INDEX attempts_operator_actions ON outbox.attempts (message_id) WHERE sta
 -- outcome's time moves into the key (settled_at), found by message id.
 CREATE INDEX dedupe_by_message ON outbox.dedupe (message_id);
 
+-- A second delivery is reported on a partition's index: its name ends as
+-- the parent's, which is how it is recognised (shared/lease/errors.go).
+-- +goose StatementBegin
+DO $$
+DECLARE
+    v_index record;
+BEGIN
+    FOR v_index IN
+        SELECT c.relname AS index_name, t.relname AS table_name
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_index x ON x.indexrelid = i.inhrelid
+        JOIN pg_catalog.pg_class c ON c.oid = x.indexrelid
+        JOIN pg_catalog.pg_class t ON t.oid = x.indrelid
+        WHERE i.inhparent = 'outbox.attempts_one_dispatched_per_message'::regclass
+    LOOP
+        EXECUTE format('ALTER INDEX outbox.%I RENAME TO %I', v_index.index_name, v_index.table_name || '_one_dispatched_per_message');
+    END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
 -- Readers read the archive through the parent; a partition's privileges
 -- are its owner's alone (nobody reads, writes, detaches or drops one).
 REVOKE ALL ON outbox.attempts FROM PUBLIC;

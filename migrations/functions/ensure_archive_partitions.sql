@@ -50,6 +50,15 @@ BEGIN
             EXECUTE format('CREATE TABLE outbox.%I PARTITION OF outbox.attempts FOR VALUES FROM (%L) TO (%L)', v_name, v_lo, v_hi);
             EXECUTE format('CREATE TRIGGER attempts_append_only BEFORE DELETE OR UPDATE OR TRUNCATE ON outbox.%I '
                            'FOR EACH STATEMENT EXECUTE FUNCTION outbox.attempts_append_only()', v_name);
+            -- A second delivery is reported on the partition's index: its
+            -- name ends as the parent's, which is how it is recognised.
+            EXECUTE format('ALTER INDEX outbox.%I RENAME TO %I',
+                (SELECT c.relname FROM pg_catalog.pg_index x
+                 JOIN pg_catalog.pg_inherits i ON i.inhrelid = x.indexrelid
+                 JOIN pg_catalog.pg_class c ON c.oid = x.indexrelid
+                 WHERE x.indrelid = ('outbox.' || v_name)::regclass
+                   AND i.inhparent = 'outbox.attempts_one_dispatched_per_message'::regclass),
+                v_name || '_one_dispatched_per_message');
             v_made := v_made + 1;
         EXCEPTION
             WHEN lock_not_available THEN

@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -93,7 +94,9 @@ func translate(op string, err error) error {
 	case sqlstateAppendOnly:
 		kind = ErrAppendOnly
 	case sqlstateUniqueViolation:
-		if pgErr.ConstraintName == doubleDispatchIndex {
+		// The archive's partitions report their own index, named after
+		// the partition and then the parent's index.
+		if pgErr.ConstraintName == doubleDispatchIndex || strings.HasSuffix(pgErr.ConstraintName, "_"+doubleDispatchIndex) {
 			kind = ErrDoubleDispatch
 		}
 	}
