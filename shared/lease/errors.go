@@ -43,7 +43,7 @@ const (
 	sqlstateInvalidParameter  = "22023"
 	sqlstateUniqueViolation   = "23505"
 
-	doubleDispatchIndex = "attempts_one_dispatched_per_message"
+	doubleDispatchSuffix = "_one_dispatched_per_message"
 )
 
 // Error is a database error from one store operation, classified.
@@ -95,8 +95,8 @@ func translate(op string, err error) error {
 		kind = ErrAppendOnly
 	case sqlstateUniqueViolation:
 		// The archive's partitions report their own index, named after
-		// the partition and then the parent's index.
-		if pgErr.ConstraintName == doubleDispatchIndex || strings.HasSuffix(pgErr.ConstraintName, "_"+doubleDispatchIndex) {
+		// the partition (attempts_p20260101_one_dispatched_per_message).
+		if strings.HasSuffix(pgErr.ConstraintName, doubleDispatchSuffix) {
 			kind = ErrDoubleDispatch
 		}
 	}
