@@ -209,6 +209,10 @@ func TestPurgeDropsAnExpiredDayAndKeepsWhatRetentionKeeps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A day never made (100 days ago): its row is in DEFAULT, purged row
+	// by row.
+	ancient := newID(t, owner, "now() - interval '100 days'")
+	archiveRow(t, owner, ancient, "DISPATCHED", "now() - interval '100 days'", nil)
 	yesterday := newID(t, owner, "now() - interval '1 day'")
 	archiveRow(t, owner, yesterday, "DISPATCHED", "now() - interval '1 day'", nil)
 
@@ -230,9 +234,10 @@ func TestPurgeDropsAnExpiredDayAndKeepsWhatRetentionKeeps(t *testing.T) {
 	if err := dispatcher.QueryRow(ctx, `SELECT * FROM outbox.purge('2 days', NULL, 1000)`).Scan(&purged, &dedupe, &keys); err != nil {
 		t.Fatal(err)
 	}
-	// Gone: the delivered message's row and the late one's old retry.
-	if purged != 2 {
-		t.Errorf("purge reported %d archived rows, want 2", purged)
+	// Gone: the delivered message's row and the late one's old retry
+	// (dropped with their day), and the row in DEFAULT.
+	if purged != 3 {
+		t.Errorf("purge reported %d archived rows, want 3", purged)
 	}
 	exists := func(table string) bool {
 		var ok bool
@@ -251,7 +256,7 @@ func TestPurgeDropsAnExpiredDayAndKeepsWhatRetentionKeeps(t *testing.T) {
 	var inDefault, inYoung, gone int
 	owner.QueryRow(ctx, `SELECT count(*) FROM outbox.attempts_default`).Scan(&inDefault)
 	owner.QueryRow(ctx, `SELECT count(*) FROM outbox.`+young).Scan(&inYoung)
-	owner.QueryRow(ctx, `SELECT count(*) FROM outbox.attempts WHERE message_id = $1 OR (message_id = $2 AND state = 'RETRYABLE')`, delivered, late).Scan(&gone)
+	owner.QueryRow(ctx, `SELECT count(*) FROM outbox.attempts WHERE message_id IN ($1, $3) OR (message_id = $2 AND state = 'RETRYABLE')`, delivered, late, ancient).Scan(&gone)
 	if inDefault != 4 || inYoung != 1 || gone != 0 {
 		t.Errorf("%d rows in DEFAULT, %d in the young day, %d forgotten rows left; want 4, 1, 0", inDefault, inYoung, gone)
 	}

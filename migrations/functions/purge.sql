@@ -17,8 +17,7 @@ DECLARE
     v_dedupe   bigint := 0;
     v_keys     bigint := 0;
     v_floor    bigint;
-    -- The first day the row-by-row pass reads, and the rows it takes.
-    v_live        uuid;
+    -- The rows the row-by-row pass takes.
     v_ids         bigint[];
     v_message_ids uuid[];
 BEGIN
@@ -53,32 +52,31 @@ BEGIN
     --
     -- The archive is partitioned by the day its messages were made: a day
     -- wholly before the cutoff is dropped whole, at the end of the pass
-    -- (drop_expired_archive_partitions). Row by row go the DEFAULT
-    -- partition (days dropped before, days made late) and, with a
-    -- retention under a day, every day; with a day or more, the day the
-    -- cutoff falls in is left to be dropped whole the next day, so a row
-    -- outlives its retention by up to a day rather than be deleted singly.
+    -- (drop_expired_archive_partitions). With a retention of a day or more,
+    -- only the DEFAULT partition (survivors of days dropped before, days
+    -- made late) is purged row by row: a day's partition holds nothing
+    -- older than its first message, and the day the cutoff falls in is
+    -- left to be dropped whole the next day, so a row outlives its
+    -- retention by up to a day rather than be deleted singly. A retention
+    -- under a day purges every day row by row, as before.
     IF p_attempts_older_than IS NOT NULL THEN
-        v_live := CASE WHEN p_attempts_older_than >= interval '1 day'
-                       THEN (lpad(to_hex((extract(epoch FROM ((now() - p_attempts_older_than) AT TIME ZONE 'UTC')::date + 1)
-                                          * 1000)::bigint), 12, '0') || repeat('0', 20))::uuid
-                       ELSE '00000000-0000-0000-0000-000000000000'::uuid END;
-        SELECT coalesce(array_agg(x.id), '{}'), coalesce(array_agg(x.message_id), '{}') INTO v_ids, v_message_ids
-        FROM ((SELECT o.id, o.message_id FROM outbox.attempts o
-               WHERE o.message_id >= v_live
-                 AND o.created_at < now() - p_attempts_older_than
-                 AND o.state NOT IN ('REPLAYED', 'DISCARDED', 'RESCHEDULED')
-                 AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id OFFSET 0)
-                 AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id OFFSET 0)
-               LIMIT p_max_rows)
-              UNION
-              (SELECT o.id, o.message_id FROM outbox.attempts_default o
-               WHERE o.created_at < now() - p_attempts_older_than
-                 AND o.state NOT IN ('REPLAYED', 'DISCARDED', 'RESCHEDULED')
-                 AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id OFFSET 0)
-                 AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id OFFSET 0)
-               LIMIT p_max_rows)
-              LIMIT p_max_rows) x;
+        IF p_attempts_older_than >= interval '1 day' THEN
+            SELECT coalesce(array_agg(x.id), '{}'), coalesce(array_agg(x.message_id), '{}') INTO v_ids, v_message_ids
+            FROM (SELECT o.id, o.message_id FROM outbox.attempts_default o
+                  WHERE o.created_at < now() - p_attempts_older_than
+                    AND o.state NOT IN ('REPLAYED', 'DISCARDED', 'RESCHEDULED')
+                    AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id OFFSET 0)
+                    AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id OFFSET 0)
+                  LIMIT p_max_rows) x;
+        ELSE
+            SELECT coalesce(array_agg(x.id), '{}'), coalesce(array_agg(x.message_id), '{}') INTO v_ids, v_message_ids
+            FROM (SELECT o.id, o.message_id FROM outbox.attempts o
+                  WHERE o.created_at < now() - p_attempts_older_than
+                    AND o.state NOT IN ('REPLAYED', 'DISCARDED', 'RESCHEDULED')
+                    AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id OFFSET 0)
+                    AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id OFFSET 0)
+                  LIMIT p_max_rows) x;
+        END IF;
         v_attempts := outbox.forget_attempts(v_ids, v_message_ids);
     END IF;
 

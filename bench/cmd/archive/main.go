@@ -54,11 +54,12 @@ func run() error {
 		purgeRows = flag.Int("purge-rows", 10_000, "rows per call of the row-by-row purge (the reaper's OUTBOX_PURGE_MAX_ROWS default)")
 		messages  = flag.Int("messages", 20_000, "messages in the queue each claim-and-completion round drains")
 		batch     = flag.Int("batch", 1000, "claim batch size")
-		rounds    = flag.Int("rounds", 3, "claim-and-completion rounds per archive, each on a fresh copy")
+		rounds    = flag.Int("rounds", 3, "claim-and-completion rounds per archive, each on a fresh copy (0: skip that measurement)")
 	)
 	flag.Parse()
-	if *rows < *days || *days < *purgeDays+2 || *purgeDays < 1 {
-		return fmt.Errorf("-rows %d, -days %d, -purge-days %d: want at least a row a day and two days more than are purged", *rows, *days, *purgeDays)
+	if *rows < *days || *days < *purgeDays+2 || *purgeDays < 1 || *rounds < 0 {
+		return fmt.Errorf("-rows %d, -days %d, -purge-days %d, -rounds %d: want at least a row a day, two days more than are purged, and rounds not negative",
+			*rows, *days, *purgeDays, *rounds)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -85,42 +86,10 @@ func run() error {
 	}
 	fmt.Printf("on disk: %.1f MB over the partitions, %.1f MB per million archived rows\n", float64(total)/1e6, perMillion/1e6)
 
-	empty, err := srv.CreateMigrated(ctx, "archive_empty")
-	if err != nil {
-		return err
-	}
-	defer empty.Drop()
-	for _, db := range []*scratch.DB{full, empty} {
-		if _, err := outboxrun.Enqueue(ctx, db, workload.Spec{Messages: *messages, PayloadBytes: 512}, true); err != nil {
+	if *rounds > 0 {
+		if err := claimAndCompletion(ctx, srv, full, *messages, *batch, *rounds); err != nil {
 			return err
 		}
-		if err := db.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT"); err != nil {
-			return err
-		}
-	}
-	costs := map[string]callcostFigures{}
-	for _, c := range []struct {
-		name string
-		db   *scratch.DB
-	}{{"empty", empty}, {"full", full}} {
-		rs, err := callcost.Run(ctx, srv, c.db.Name, *batch, *rounds, "")
-		if err != nil {
-			return err
-		}
-		costs[c.name] = callcostFigures{
-			claim:    callcost.Summarise(rs, func(r callcost.Round) float64 { return r.Engine.PerMessage(r.Engine.Claim) }).Median,
-			complete: callcost.Summarise(rs, func(r callcost.Round) float64 { return r.Engine.PerMessage(r.Engine.Complete) }).Median,
-		}
-	}
-	fmt.Printf("engine's server CPU per message, µs (median of %d rounds of %d messages, batch %d):\n", *rounds, *messages, *batch)
-	fmt.Printf("%-9s %12s %12s %8s\n", "", "empty", "archive", "ratio")
-	for _, f := range []struct {
-		name string
-		get  func(callcostFigures) float64
-	}{{"claim", func(c callcostFigures) float64 { return c.claim }}, {"complete", func(c callcostFigures) float64 { return c.complete }},
-		{"both", func(c callcostFigures) float64 { return c.claim + c.complete }}} {
-		e, a := f.get(costs["empty"]), f.get(costs["full"])
-		fmt.Printf("%-9s %12.2f %12.2f %8.3f\n", f.name, e, a, a/e)
 	}
 
 	dropped, err := purgeByPartition(ctx, full, *days, *purgeDays)
@@ -133,6 +102,49 @@ func run() error {
 	}
 	fmt.Printf("purge of one day (%d rows): partition dropped %.1f ms (median of %d days: %s); row by row %.0f ms (%d calls of %d rows)\n",
 		*rows / *days, median(dropped), len(dropped), formatMs(dropped), rowByRow, calls, *purgeRows)
+	return nil
+}
+
+// claimAndCompletion prints the engine's server CPU per message on its
+// claims and completions with the full archive and with an empty one.
+func claimAndCompletion(ctx context.Context, srv *scratch.Server, full *scratch.DB, messages, batch, rounds int) error {
+	empty, err := srv.CreateMigrated(ctx, "archive_empty")
+	if err != nil {
+		return err
+	}
+	defer empty.Drop()
+	for _, db := range []*scratch.DB{full, empty} {
+		if _, err := outboxrun.Enqueue(ctx, db, workload.Spec{Messages: messages, PayloadBytes: 512}, true); err != nil {
+			return err
+		}
+		if err := db.Exec(ctx, "VACUUM ANALYZE outbox.pending", "CHECKPOINT"); err != nil {
+			return err
+		}
+	}
+	costs := map[string]callcostFigures{}
+	for _, c := range []struct {
+		name string
+		db   *scratch.DB
+	}{{"empty", empty}, {"full", full}} {
+		rs, err := callcost.Run(ctx, srv, c.db.Name, batch, rounds, "")
+		if err != nil {
+			return err
+		}
+		costs[c.name] = callcostFigures{
+			claim:    callcost.Summarise(rs, func(r callcost.Round) float64 { return r.Engine.PerMessage(r.Engine.Claim) }).Median,
+			complete: callcost.Summarise(rs, func(r callcost.Round) float64 { return r.Engine.PerMessage(r.Engine.Complete) }).Median,
+		}
+	}
+	fmt.Printf("engine's server CPU per message, µs (median of %d rounds of %d messages, batch %d):\n", rounds, messages, batch)
+	fmt.Printf("%-9s %12s %12s %8s\n", "", "empty", "archive", "ratio")
+	for _, f := range []struct {
+		name string
+		get  func(callcostFigures) float64
+	}{{"claim", func(c callcostFigures) float64 { return c.claim }}, {"complete", func(c callcostFigures) float64 { return c.complete }},
+		{"both", func(c callcostFigures) float64 { return c.claim + c.complete }}} {
+		e, a := f.get(costs["empty"]), f.get(costs["full"])
+		fmt.Printf("%-9s %12.2f %12.2f %8.3f\n", f.name, e, a, a/e)
+	}
 	return nil
 }
 
