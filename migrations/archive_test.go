@@ -404,3 +404,42 @@ func TestArchiveDaysAreMadeAheadAndAMissingDayFailsNoInsert(t *testing.T) {
 		}
 	}
 }
+
+// Behind a reader holding the archive, purge does not wait (which would
+// queue every completion behind it): it leaves the day for the next pass
+// and does the rest of its work.
+func TestPurgeLeavesADayItCannotLockToTheNextPass(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	owner := pgtest.Connect(t, db.URL)
+	expired := makeDay(t, owner, 10)
+	old := newID(t, owner, "now() - interval '10 days'")
+	archiveRow(t, owner, old, "DISPATCHED", "now() - interval '10 days'", nil)
+
+	reader := pgtest.Connect(t, db.LoginAs(t, "outbox_reader"))
+	tx, err := reader.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM outbox.attempts`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	dispatcher := pgtest.Connect(t, db.LoginAs(t, "outbox_dispatcher"))
+	var purged, dedupe, keys int64
+	if err := dispatcher.QueryRow(ctx, `SELECT * FROM outbox.purge('2 days', NULL, 1000)`).Scan(&purged, &dedupe, &keys); err != nil {
+		t.Fatalf("purge behind a reader: %v, want it to leave the day", err)
+	}
+	var exists bool
+	owner.QueryRow(ctx, `SELECT to_regclass('outbox.' || $1) IS NOT NULL`, expired).Scan(&exists)
+	if purged != 0 || !exists {
+		t.Fatalf("behind a reader: purged %d, day kept %v; want 0 and the day left", purged, exists)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := dispatcher.QueryRow(ctx, `SELECT * FROM outbox.purge('2 days', NULL, 1000)`).Scan(&purged, &dedupe, &keys); err != nil || purged != 1 {
+		t.Fatalf("the next pass: purged %d (%v), want the day's row", purged, err)
+	}
+}
