@@ -105,6 +105,10 @@ bench-compare: ## Compare with River, watermill-sql and the bare-SQL floor; rewr
 bench-lambda-share: ## The 2-client SQL floor beside one dispatch bootstrap at Lambda's CPU share for the template's MemorySize (a cgroup; root), draining to EventBridge and a webhook; last line "... ratio R" (R = rate x DispatchMaxWorkers / floor). A throwaway cluster with autovacuum on (ARGS="-cluster host": $OUTBOX_TEST_DATABASE_URL's server)
 	cd bench && $(GO) run ./cmd/lambdashare $(ARGS)
 
+.PHONY: bench-archive
+bench-archive: ## The attempts archive at volume: 50M rows over 30 daily partitions (about 10 GB); prints the purge of one day (partition dropped vs row by row), claim and completion CPU with that archive vs an empty one, bytes per million rows. A throwaway cluster with autovacuum on (ARGS="-rows 5000000": the quick run)
+	cd bench && $(GO) run ./cmd/archive $(ARGS)
+
 .PHONY: bench-deployment
 bench-deployment: ## The deployment under the Lambda emulation: dispatch with the template's defaults (schedule, linger, fan-out; real time), 1,000 msgs/s offered to a 20 ms webhook for 60 s; prints commit-to-receipt latency, throughput, claims per second (ARGS="-rate 0 -backlog 200000 …"; -target eventbridge -bulk-backlog: a drain to an endpoint answering at once); then one invocation's drain unconstrained and at the template MemorySize's CPU share (-invocation-drain 0: skip)
 	$(GO) run ./shared/testkit/deploybench/cmd/deploybench $(ARGS)

@@ -603,3 +603,34 @@ func TestColdStartRejectsBadConfiguration(t *testing.T) {
 
 // parseSecret decodes a Standard Webhooks secret for the sink.
 func parseSecret(s string) ([]byte, error) { return webhook.ParseSecret(s) }
+
+// The reaper keeps the archive's days made ahead on every run, even with
+// every retention off (no purge pass): a day it did not make would collect
+// its attempts in the DEFAULT partition.
+func TestTheReaperMakesTheArchivesDaysAhead(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	days := `SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox.attempts'::regclass
+		AND inhrelid::regclass::text = ANY (ARRAY(SELECT 'outbox.attempts_p' || to_char(d, 'YYYYMMDD')
+		FROM generate_series((now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + 3, interval '1 day') d))`
+	var stmt string
+	if err := db.Pool.QueryRow(ctx, `SELECT format('DROP TABLE IF EXISTS outbox.attempts_p%s, outbox.attempts_p%s',
+		to_char((now() AT TIME ZONE 'UTC')::date + 2, 'YYYYMMDD'), to_char((now() AT TIME ZONE 'UTC')::date + 3, 'YYYYMMDD'))`).Scan(&stmt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, stmt); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db.Pool, days); n > 2 {
+		t.Fatalf("%d of today's and the next 3 days' partitions before the reaper, want at most 2", n)
+	}
+	reaper := start(t, "reaper", env(db, "OUTBOX_ATTEMPTS_RETENTION=0", "OUTBOX_DEDUPE_RETENTION=0", "OUTBOX_KEY_RETENTION=0")...)
+	var reaped struct {
+		PurgedAttempts int `json:"purged_attempts"`
+	}
+	invoke(t, reaper, event(t, "reaper-schedule.json"), 10*time.Second, &reaped)
+	if n := count(t, db.Pool, days); n != 4 {
+		t.Fatalf("%d of today's and the next 3 days' partitions after the reaper, want 4", n)
+	}
+}

@@ -15,8 +15,15 @@ import (
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
-// outboxTables is how many tables the migrations create in schema outbox.
-const outboxTables = 16 // 14 in the baseline, breakers and rate_limits in 00013
+// outboxTables is how many tables the migrations create in schema outbox,
+// not counting the archive's partitions (they come and go by day): 14 in
+// the baseline, breakers and rate_limits in 00013; 00014 partitions
+// outbox.attempts, which stays one table.
+const outboxTables = 16
+
+// archivePartitions is how many partitions a new archive has: DEFAULT, and
+// today and the three days after it.
+const archivePartitions = 1 + 4
 
 func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	t.Parallel()
@@ -59,7 +66,12 @@ func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 
 	conn := pgtest.Connect(t, url)
 	objects := func() (tables, functions int) {
-		conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'outbox'`).Scan(&tables)
+		conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relnamespace = 'outbox'::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition`).Scan(&tables)
+		var partitions int
+		conn.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox.attempts'::regclass`).Scan(&partitions)
+		if partitions != archivePartitions {
+			t.Errorf("the archive has %d partitions, want %d (DEFAULT, today and 3 days ahead)", partitions, archivePartitions)
+		}
 		conn.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'outbox'`).Scan(&functions)
 		return
 	}

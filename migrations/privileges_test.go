@@ -52,7 +52,7 @@ var runtimeRoles = []string{"outbox_producer", "outbox_dispatcher", "outbox_oper
 // other function of schema outbox is denied to it.
 var grantedFunctions = map[string][]string{
 	"outbox_producer": {"enqueue", "enqueue_batch", "producer_limits"},
-	"outbox_dispatcher": {"claim_batch", "claimable_estimate", "complete_batch", "complete", "repair_expired_leases", "purge", "stats", "blocked_keys", "pauses",
+	"outbox_dispatcher": {"claim_batch", "claimable_estimate", "complete_batch", "complete", "repair_expired_leases", "purge", "ensure_archive_partitions", "stats", "blocked_keys", "pauses",
 		"gate_targets", "record_target_outcomes", "open_breakers"},
 	"outbox_operator": {"replay_dead", "discard", "purge_audit", "grant_namespace", "revoke_namespace", "unconfine_producer",
 		"stats", "blocked_keys", "pending_messages", "pauses", "retry_now", "purge_dead", "pause", "resume", "producer_limits", "open_breakers"},

@@ -17,6 +17,9 @@ DECLARE
     v_dedupe   bigint := 0;
     v_keys     bigint := 0;
     v_floor    bigint;
+    -- The rows the row-by-row pass takes.
+    v_ids         bigint[];
+    v_message_ids uuid[];
 BEGIN
     IF p_max_rows IS NULL OR p_max_rows < 1 OR p_max_rows > 1000000 THEN
         RAISE EXCEPTION 'outbox.purge: p_max_rows must be between 1 and 1000000, got %', p_max_rows
@@ -46,14 +49,35 @@ BEGIN
     -- A batch costs the rows it reads: each check is a primary key probe
     -- (OFFSET 0 keeps the planner from hashing all of pending or dead for
     -- an anti-join), and the keys are deleted by their ctids.
+    --
+    -- The archive is partitioned by the day its messages were made: a day
+    -- wholly before the cutoff is dropped whole, at the end of the pass
+    -- (drop_expired_archive_partitions). With a retention of a day or more,
+    -- only the DEFAULT partition (survivors of days dropped before, days
+    -- made late) is purged row by row: a day's partition holds nothing
+    -- older than its first message, and the day the cutoff falls in is
+    -- left to be dropped whole the next day, so a row outlives its
+    -- retention by up to a day rather than be deleted singly. A retention
+    -- under a day purges every day row by row, as before.
     IF p_attempts_older_than IS NOT NULL THEN
-        v_attempts := outbox.forget_attempts(ARRAY(
-            SELECT o.id FROM outbox.attempts o
-            WHERE o.created_at < now() - p_attempts_older_than
-              AND o.state NOT IN ('REPLAYED', 'DISCARDED', 'RESCHEDULED')
-              AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id OFFSET 0)
-              AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id OFFSET 0)
-            LIMIT p_max_rows));
+        IF p_attempts_older_than >= interval '1 day' THEN
+            SELECT coalesce(array_agg(x.id), '{}'), coalesce(array_agg(x.message_id), '{}') INTO v_ids, v_message_ids
+            FROM (SELECT o.id, o.message_id FROM outbox.attempts_default o
+                  WHERE o.created_at < now() - p_attempts_older_than
+                    AND o.state NOT IN ('REPLAYED', 'DISCARDED', 'RESCHEDULED')
+                    AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id OFFSET 0)
+                    AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id OFFSET 0)
+                  LIMIT p_max_rows) x;
+        ELSE
+            SELECT coalesce(array_agg(x.id), '{}'), coalesce(array_agg(x.message_id), '{}') INTO v_ids, v_message_ids
+            FROM (SELECT o.id, o.message_id FROM outbox.attempts o
+                  WHERE o.created_at < now() - p_attempts_older_than
+                    AND o.state NOT IN ('REPLAYED', 'DISCARDED', 'RESCHEDULED')
+                    AND NOT EXISTS (SELECT 1 FROM outbox.pending p WHERE p.id = o.message_id OFFSET 0)
+                    AND NOT EXISTS (SELECT 1 FROM outbox.dead d WHERE d.id = o.message_id OFFSET 0)
+                  LIMIT p_max_rows) x;
+        END IF;
+        v_attempts := outbox.forget_attempts(v_ids, v_message_ids);
     END IF;
 
     -- A dedupe key outlives its message by the retention window, counted
@@ -129,6 +153,14 @@ BEGIN
         )
         SELECT count(*) INTO v_keys FROM forgotten;
     END IF;
+
+    -- Last, since each takes the archive's lock until the pass commits:
+    -- the expired days go, and the days ahead are made (the reaper's passes
+    -- keep them made; outbox.ensure_archive_partitions).
+    IF p_attempts_older_than IS NOT NULL THEN
+        v_attempts := v_attempts + outbox.drop_expired_archive_partitions(now() - p_attempts_older_than);
+    END IF;
+    PERFORM outbox.ensure_archive_partitions(3);
 
     RETURN QUERY SELECT v_attempts, v_dedupe, v_keys;
 END;

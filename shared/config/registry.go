@@ -169,7 +169,7 @@ var Variables = []Variable{
 	// Reaper.
 	count("OUTBOX_REAPER_BATCH_SIZE", DefaultReaperBatchSize, 1, MaxReaperBatchSize, "reaper", "Expired leases repaired per round ({min}-{max})."),
 	count("OUTBOX_REAPER_MAX_ROUNDS", DefaultReaperRounds, 1, MaxReaperRounds, "reaper", "Repair and purge rounds per invocation ({min}-{max})."),
-	duration("OUTBOX_ATTEMPTS_RETENTION", DefaultAttemptsRetention, 0, MaxRetention, "reaper", "Archived attempts older than this are purged (0 keeps them; else at least "+shortDuration(MinRetention)+"); history of pending and dead messages, and operators' actions, are kept."),
+	duration("OUTBOX_ATTEMPTS_RETENTION", DefaultAttemptsRetention, 0, MaxRetention, "reaper", "Archived attempts older than this are purged (0 keeps them; else at least "+shortDuration(MinRetention)+"); history of pending and dead messages, and operators' actions, are kept. From a day up, the archive goes a day at a time (a partition dropped once its whole day is past): a row may outlive this by up to a day."),
 	duration("OUTBOX_DEDUPE_RETENTION", DefaultDedupeRetention, 0, MaxRetention, "reaper", "A dedupe key is forgotten this long after its message was delivered or discarded (0 keeps them; else at least "+shortDuration(MinRetention)+"); keys of pending and dead messages are kept."),
 	duration("OUTBOX_KEY_RETENTION", DefaultKeyRetention, 0, MaxRetention, "reaper", "The bookkeeping of an ordering key with nothing pending or dead is forgotten after this long idle (0 keeps it); a key that comes back continues with higher sequence ids."),
 	count("OUTBOX_PURGE_MAX_ROWS", DefaultPurgeRows, 1, MaxPurgeRows, "reaper", "Rows purged per table per round ({min}-{max})."),

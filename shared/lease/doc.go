@@ -138,7 +138,8 @@
 // SQLSTATEs are translated in one place (errors.go) into *Error values that
 // wrap a sentinel — ErrLeaseLost (P7002), ErrInvalidCompletion (P7003),
 // ErrRefused (P7005), ErrInvalidArgument (22023), ErrAppendOnly (P0001), ErrDoubleDispatch (23505
-// on attempts_one_dispatched_per_message) — and the driver's error.
+// on attempts_one_dispatched_per_message or a partition's copy of it) — and
+// the driver's error.
 // CompleteBatch reports a second DISPATCHED for one message as that
 // message's [outboxtype.StatusDoubleDispatch], not as an error of the batch.
 package lease

@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -42,7 +43,7 @@ const (
 	sqlstateInvalidParameter  = "22023"
 	sqlstateUniqueViolation   = "23505"
 
-	doubleDispatchIndex = "attempts_one_dispatched_per_message"
+	doubleDispatchSuffix = "_one_dispatched_per_message"
 )
 
 // Error is a database error from one store operation, classified.
@@ -93,7 +94,9 @@ func translate(op string, err error) error {
 	case sqlstateAppendOnly:
 		kind = ErrAppendOnly
 	case sqlstateUniqueViolation:
-		if pgErr.ConstraintName == doubleDispatchIndex {
+		// The archive's partitions report their own index, named after
+		// the partition (attempts_p20260101_one_dispatched_per_message).
+		if strings.HasSuffix(pgErr.ConstraintName, doubleDispatchSuffix) {
 			kind = ErrDoubleDispatch
 		}
 	}

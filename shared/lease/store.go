@@ -575,6 +575,23 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (PurgeResult, error) {
 	return res, nil
 }
 
+// ArchiveDaysAhead is how many days after today the reaper keeps the
+// archive's partitions made (outbox.ensure_archive_partitions): days of
+// reaper outages before a day's rows would go to the DEFAULT partition.
+const ArchiveDaysAhead = 3
+
+// EnsureArchivePartitions makes the archive's partitions for today and the
+// daysAhead days after it that do not exist yet, and returns how many it
+// made. Another maker at work, or the archive too busy to lock for an
+// instant, leaves them to the next call.
+func (s *Store) EnsureArchivePartitions(ctx context.Context, daysAhead int) (int, error) {
+	var made int
+	if err := s.db.QueryRow(ctx, `SELECT outbox.ensure_archive_partitions($1)`, daysAhead).Scan(&made); err != nil {
+		return 0, translate("archive partitions", err)
+	}
+	return made, nil
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return ""

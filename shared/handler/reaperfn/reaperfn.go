@@ -1,6 +1,7 @@
 // Package reaperfn is the reaper function's handler: in bounded rounds it
 // requeues messages whose lease expired (a dispatcher crashed or overran)
-// and purges attempts, dedupe keys and ordering keys past their retention.
+// and purges attempts, dedupe keys and ordering keys past their retention;
+// it keeps the attempts archive's daily partitions made days ahead.
 // What every function shares (event decoding, the runtime, the cold-start
 // wiring) is in the parent package, handler.
 package reaperfn
@@ -118,6 +119,11 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (sum Summary,
 		if n < batch {
 			break
 		}
+	}
+	// The archive's days ahead, whatever the retention: a day made late
+	// lives in the DEFAULT partition, which retention purges row by row.
+	if _, err := h.Store.EnsureArchivePartitions(ctx, lease.ArchiveDaysAhead); err != nil {
+		return sum, &handler.InvocationError{Function: "reaper", Err: fmt.Errorf("archive partitions: %w", err)}
 	}
 	if rt := h.Config.Retention; rt.AttemptsOlderThan == 0 && rt.DedupeOlderThan == 0 && rt.KeysOlderThan == 0 {
 		return sum, nil
