@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
+	producerheaders "github.com/outboxkit/dispatcher/shared/outbox/headers"
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 )
 
@@ -152,6 +153,14 @@ func (p *Publisher) encode(m *outboxtype.Message) (types.PublishBatchRequestEntr
 			count++
 		}
 	}
+	traceHeader := m.TraceHeader
+	if count > maxAttributes && traceHeader != "" && traceHeader == producerheaders.XRayTraceHeader(m.Headers[producerheaders.TraceParent]) {
+		// X-Ray's form of the message's traceparent, which the dispatcher
+		// made: the traceparent attribute carries the same trace, and a
+		// trace is not worth a delivery.
+		traceHeader = ""
+		count--
+	}
 	if count > maxAttributes {
 		return entry, 0, &InvalidMessageError{Rule: RuleTooManyAttributes,
 			Detail: fmt.Sprintf("%d: %d the outbox's own and %d headers", count, count-len(m.Headers), len(m.Headers))}
@@ -185,7 +194,7 @@ func (p *Publisher) encode(m *outboxtype.Message) (types.PublishBatchRequestEntr
 		add(AttributeSequenceID, dataTypeNumber, strconv.FormatInt(m.SequenceID, 10))
 	}
 	for _, a := range [...]struct{ name, value string }{
-		{AttributeTenantID, m.TenantID}, {AttributeDedupeKey, m.DedupeKey}, {AttributeTraceHeader, m.TraceHeader},
+		{AttributeTenantID, m.TenantID}, {AttributeDedupeKey, m.DedupeKey}, {AttributeTraceHeader, traceHeader},
 	} {
 		if a.value == "" {
 			continue

@@ -270,3 +270,35 @@ func TestEncodeOffloadedMessage(t *testing.T) {
 		t.Errorf("4 attributes, 6 headers and ExtendedPayloadSize: err = %v, want too many attributes", err)
 	}
 }
+
+// X-Ray's form of a traceparent, which the claim gives a message that has
+// no X-Ray header, never costs the message its delivery: where it would
+// make eleven attributes, it is left out, and the traceparent carries the
+// trace. A producer's own X-Ray header still counts.
+func TestDerivedTraceHeaderGivesWayToSNSsTenAttributes(t *testing.T) {
+	t.Parallel()
+	p, err := New(struct{ API }{}, Config{TopicARN: "arn:aws:sns:eu-west-1:123456789012:invoices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const traceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	m := &outboxtype.Message{Keys: outboxtype.Keys{ID: uuid.New(), Namespace: "billing", Topic: "invoice", TenantID: "t", DedupeKey: "d"},
+		Attempt: 1, Payload: []byte(`{}`), TraceHeader: "Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=1",
+		Headers: map[string]string{"traceparent": traceParent, "tracestate": "rojo=1", "x-request-id": "r", "x-b": "b"}}
+	entry, _, err := p.encode(m)
+	if err != nil {
+		t.Fatalf("4 attributes, tenant, dedupe key, 4 headers and a derived trace header: %v", err)
+	}
+	if _, ok := entry.MessageAttributes[AttributeTraceHeader]; ok || len(entry.MessageAttributes) != 10 {
+		t.Errorf("attributes %v, want 10 without %s", entry.MessageAttributes, AttributeTraceHeader)
+	}
+	m.TraceHeader = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+	if _, _, err := p.encode(m); err == nil || !strings.Contains(err.Error(), string(RuleTooManyAttributes)) {
+		t.Errorf("with the producer's own X-Ray header: err = %v, want too many attributes", err)
+	}
+	delete(m.Headers, "x-b")
+	m.TraceHeader = "Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=1"
+	if entry, _, err = p.encode(m); err != nil || aws.ToString(entry.MessageAttributes[AttributeTraceHeader].StringValue) != m.TraceHeader {
+		t.Errorf("within ten: %v, %v; want the derived trace header sent", err, entry.MessageAttributes[AttributeTraceHeader])
+	}
+}
