@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/shared/outboxtype"
 	"github.com/outboxkit/dispatcher/shared/publish/cloudevent"
+	"github.com/outboxkit/dispatcher/shared/testkit/publishtest"
 )
 
 // typical is a message as the dispatcher claims one: an ordered usage
@@ -43,70 +44,6 @@ func mustEncoder(t testing.TB, source string) *cloudevent.Encoder {
 		t.Fatal(err)
 	}
 	return e
-}
-
-// checkEvent asserts what the SDK read back against the message.
-func checkEvent(t testing.TB, ev *cloudevents.Event, m *outboxtype.Message, source string) {
-	t.Helper()
-	if err := ev.Validate(); err != nil {
-		t.Errorf("the SDK finds the event invalid: %v", err)
-	}
-	if ev.SpecVersion() != "1.0" || ev.ID() != m.StableKey() || ev.Source() != source || ev.Type() != m.Topic {
-		t.Errorf("specversion %q id %q source %q type %q, want 1.0, %q, %q, %q",
-			ev.SpecVersion(), ev.ID(), ev.Source(), ev.Type(), m.StableKey(), source, m.Topic)
-	}
-	if !ev.Time().Equal(m.CreatedAt) {
-		t.Errorf("time %s, want %s", ev.Time(), m.CreatedAt)
-	}
-	if ev.DataContentType() != "application/json" {
-		t.Errorf("datacontenttype %q, want application/json", ev.DataContentType())
-	}
-	if !sameJSON(t, ev.Data(), m.Payload) {
-		t.Errorf("data %s, want %s", ev.Data(), m.Payload)
-	}
-	ext := ev.Extensions()
-	want := map[string]string{}
-	if m.OrderingKey != "" {
-		want["partitionkey"] = m.OrderingKey
-	}
-	if m.SequenceID != 0 {
-		want["sequence"] = cloudevent.Sequence(m.SequenceID)
-	}
-	if m.TenantID != "" {
-		want["tenantid"] = m.TenantID
-	}
-	if len(ext) != len(want) {
-		t.Errorf("extensions %v, want %v", ext, want)
-	}
-	for name, value := range want {
-		if got, _ := ext[name].(string); got != value {
-			t.Errorf("extension %s = %v, want %q", name, ext[name], value)
-		}
-	}
-}
-
-func sameJSON(t testing.TB, a, b []byte) bool {
-	t.Helper()
-	var x, y any
-	if err := json.Unmarshal(a, &x); err != nil {
-		t.Fatalf("%s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &y); err != nil {
-		t.Fatalf("%s: %v", b, err)
-	}
-	xa, _ := json.Marshal(x)
-	ya, _ := json.Marshal(y)
-	return bytes.Equal(xa, ya)
-}
-
-// readStructured parses a structured event as a receiver would.
-func readStructured(t testing.TB, body []byte) *cloudevents.Event {
-	t.Helper()
-	var ev cloudevents.Event
-	if err := json.Unmarshal(body, &ev); err != nil {
-		t.Fatalf("the SDK cannot read %s: %v", body, err)
-	}
-	return &ev
 }
 
 // readBinary sends headers and body through a real HTTP server and parses
@@ -160,7 +97,7 @@ func TestStructuredReadsBackWithTheSDK(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkEvent(t, readStructured(t, body), tc.m, tc.want)
+			publishtest.CheckCloudEvent(t, publishtest.ReadStructuredCloudEvent(t, body), tc.m, tc.want)
 		})
 	}
 }
@@ -176,7 +113,7 @@ func TestBinaryReadsBackWithTheSDK(t *testing.T) {
 				t.Fatal(err)
 			}
 			ev, _ := readBinary(t, h, m.Payload)
-			checkEvent(t, ev, m, "/outbox/billing")
+			publishtest.CheckCloudEvent(t, ev, m, "/outbox/billing")
 			if !bytes.Equal(ev.Data(), m.Payload) {
 				t.Errorf("binary data %s, want the payload unchanged %s", ev.Data(), m.Payload)
 			}
@@ -309,7 +246,7 @@ func FuzzStructured(f *testing.F) {
 			(seq != 0 && ext["sequence"] != cloudevent.Sequence(seq)) {
 			t.Fatalf("read back %v from %s", ev, body)
 		}
-		if !sameJSON(t, ev.Data(), m.Payload) {
+		if !publishtest.SameJSON(ev.Data(), m.Payload) {
 			t.Fatalf("data %s, want %s", ev.Data(), m.Payload)
 		}
 
@@ -396,4 +333,23 @@ func sdkEvent(b *testing.B, m *outboxtype.Message) cloudevents.Event {
 		b.Fatal(err)
 	}
 	return ev
+}
+
+// A structured event carries the message's W3C trace context as the
+// Distributed Tracing extension's attributes, which the SDK reads back.
+func TestStructuredCarriesTheTraceContext(t *testing.T) {
+	t.Parallel()
+	m := typical()
+	m.Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "rojo=1"}
+	body, err := mustEncoder(t, "").Structured(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := publishtest.ReadStructuredCloudEvent(t, body)
+	publishtest.CheckCloudEvent(t, ev, m, "/outbox/"+m.Namespace)
+	for name, want := range m.Headers {
+		if got, _ := ev.Extensions()[name].(string); got != want {
+			t.Errorf("extension %s = %q, want %q", name, got, want)
+		}
+	}
 }

@@ -25,7 +25,8 @@ func ReadStructuredCloudEvent(t testing.TB, body []byte) *cloudevents.Event {
 // CheckCloudEvent asserts that an event the SDK read is m's under the
 // cloudevents format: valid, id the stable key, the source given, type the
 // topic, time the creation, the payload as JSON data, and the extensions
-// partitionkey, sequence and tenantid exactly when m has them.
+// partitionkey, sequence and tenantid exactly when m has them (and its
+// traceparent and tracestate, where the event carries them).
 func CheckCloudEvent(t testing.TB, ev *cloudevents.Event, m *outboxtype.Message, source string) {
 	t.Helper()
 	if err := ev.Validate(); err != nil {
@@ -55,6 +56,13 @@ func CheckCloudEvent(t testing.TB, ev *cloudevents.Event, m *outboxtype.Message,
 		want["tenantid"] = m.TenantID
 	}
 	ext := ev.Extensions()
+	// The Distributed Tracing attributes: a structured event carries the
+	// message's trace context, a binary one has it as plain HTTP headers.
+	for _, name := range []string{"traceparent", "tracestate"} {
+		if _, ok := ext[name]; ok && m.Headers[name] != "" {
+			want[name] = m.Headers[name]
+		}
+	}
 	if len(ext) != len(want) {
 		t.Errorf("extensions %v, want %v", ext, want)
 	}
