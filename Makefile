@@ -136,6 +136,7 @@ FUZZ_TARGETS := \
 	./shared/publish/webhook:FuzzClassifyResponse \
 	./shared/publish:FuzzEncodeEnvelope \
 	./shared/publish/cloudevent:FuzzStructured \
+	./shared/publish/eventbridge:FuzzPutEventsRequestIsTheSDKs \
 	./migrations:FuzzTraceContextAgreesWithOpenTelemetry \
 	./shared/handler/dispatchfn:FuzzParseEvent \
 	./shared/handler/reaperfn:FuzzParseEvent \

@@ -112,7 +112,7 @@ func Build(ctx context.Context, table *route.Table, deps Deps) (map[string]publi
 			})
 		case "eventbridge":
 			if ebClient == nil {
-				ebClient = eventbridge.NewFromConfig(awsCfg)
+				ebClient = ebpub.NewClient(awsCfg)
 			}
 			p, err = ebpub.New(ebClient, ebpub.Config{
 				EventBus: t.EventBus, Source: t.Source, DetailType: t.DetailType, MaxEntryBytes: r.MaxPayloadBytes,

@@ -1,0 +1,24 @@
+package eventbridge
+
+import (
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+)
+
+// NewClient builds the EventBridge client a Publisher should be given, from
+// the function's AWS configuration (config.LoadDefaultConfig, so
+// AWS_ENDPOINT_URL_EVENTBRIDGE and the rest still apply): the SDK's client
+// with PutEvents' body written by this package (putEventsProtocol): the
+// same request for less CPU per message. optFns apply after, as in
+// eventbridge.NewFromConfig.
+func NewClient(awsCfg aws.Config, optFns ...func(*eventbridge.Options)) *eventbridge.Client {
+	return eventbridge.NewFromConfig(awsCfg, append([]func(*eventbridge.Options){WithPutEventsCodec}, optFns...)...)
+}
+
+// WithPutEventsCodec is NewClient's option on its own, for a client built
+// another way: it wraps the client's protocol in putEventsProtocol.
+func WithPutEventsCodec(o *eventbridge.Options) {
+	if _, done := o.Protocol.(putEventsProtocol); !done && o.Protocol != nil {
+		o.Protocol = putEventsProtocol{ClientProtocol: o.Protocol}
+	}
+}
