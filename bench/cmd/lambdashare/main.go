@@ -42,6 +42,7 @@ func run() error {
 	flag.IntVar(&opts.FloorMessages, "floor-messages", 200000, "messages the floor drains")
 	flag.IntVar(&opts.FloorRounds, "floor-rounds", 3, "floor rounds; the best counts")
 	flag.IntVar(&opts.Backlog, "backlog", 100000, "messages the invocation drains")
+	flag.IntVar(&opts.DrainRounds, "drain-rounds", 3, "drains per target, a fresh database each; the best counts")
 	flag.Parse()
 	opts.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 

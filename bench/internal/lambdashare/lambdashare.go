@@ -38,6 +38,10 @@ type Options struct {
 	FloorRounds int
 	// Backlog is what the invocation drains (default 100,000).
 	Backlog int
+	// DrainRounds is how many times each target's invocation drains its
+	// backlog, a fresh database each time; the best round counts, as the
+	// floor's does (default 3).
+	DrainRounds int
 	// Logf hears about progress.
 	Logf func(format string, args ...any)
 }
@@ -93,6 +97,9 @@ func Run(ctx context.Context, srv *scratch.Server, opts Options) (Result, error)
 	if opts.Backlog == 0 {
 		opts.Backlog = 100000
 	}
+	if opts.DrainRounds == 0 {
+		opts.DrainRounds = 3
+	}
 	logf := opts.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -146,20 +153,29 @@ func Run(ctx context.Context, srv *scratch.Server, opts Options) (Result, error)
 		target string
 		into   *deploybench.DrainResult
 	}{{deploybench.TargetEventBridge, &res.EventBridge}, {deploybench.TargetWebhook, &res.Webhook}} {
-		logf("one dispatch invocation at %d MB's CPU share draining %d messages to %s", res.Template.DispatchMemoryMB, opts.Backlog, d.target)
-		db, err := srv.CreateMigrated(ctx, "share_drain")
-		if err != nil {
-			return res, err
+		logf("one dispatch invocation at %d MB's CPU share draining %d messages to %s, best of %d rounds", res.Template.DispatchMemoryMB, opts.Backlog, d.target, opts.DrainRounds)
+		// The best round, as the floor's: the machine's other work (the
+		// server, the target, this process) only ever slows the capped
+		// bootstrap, by a fifth and more from one drain to the next here;
+		// a single drain against the floor's best made R that noise's.
+		for range opts.DrainRounds {
+			db, err := srv.CreateMigrated(ctx, "share_drain")
+			if err != nil {
+				return res, err
+			}
+			drain, err := deploybench.InvocationDrain(ctx, deploybench.DrainConfig{
+				DatabaseURL: db.URL, DispatchBinary: binary, Backlog: opts.Backlog, Target: d.target,
+				MemoryMB: res.Template.DispatchMemoryMB, CPU: lambdaemu.CPUShare{Mode: lambdaemu.CPULambdaShare},
+			})
+			db.Drop()
+			if err != nil {
+				return res, fmt.Errorf("lambdashare: the %s drain: %w", d.target, err)
+			}
+			logf("  %s", drain)
+			if d.into.Took == 0 || drain.Rate() > d.into.Rate() {
+				*d.into = drain
+			}
 		}
-		*d.into, err = deploybench.InvocationDrain(ctx, deploybench.DrainConfig{
-			DatabaseURL: db.URL, DispatchBinary: binary, Backlog: opts.Backlog, Target: d.target,
-			MemoryMB: res.Template.DispatchMemoryMB, CPU: lambdaemu.CPUShare{Mode: lambdaemu.CPULambdaShare},
-		})
-		db.Drop()
-		if err != nil {
-			return res, fmt.Errorf("lambdashare: the %s drain: %w", d.target, err)
-		}
-		logf("  %s", *d.into)
 	}
 	return res, nil
 }
@@ -191,7 +207,7 @@ func (r Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "floor, %d clients, batch %d, best of %d rounds: %d messages in %s: %.0f msgs/s\n",
 		FloorClients, r.Floor.BatchSize, r.Options.FloorRounds, r.Floor.Messages, r.Floor.Elapsed.Round(time.Millisecond), r.Floor.Rate())
 	for _, d := range []deploybench.DrainResult{r.Webhook, r.EventBridge} {
-		fmt.Fprintf(w, "%s; x %d workers = %.0f msgs/s, ratio %.2f\n", d, r.Template.DispatchMaxWorkers,
+		fmt.Fprintf(w, "%s, best of %d; x %d workers = %.0f msgs/s, ratio %.2f\n", d, r.Options.DrainRounds, r.Template.DispatchMaxWorkers,
 			d.Rate()*float64(r.Template.DispatchMaxWorkers), r.Ratio(d))
 	}
 	capped := ""
@@ -207,10 +223,10 @@ func (r Result) Markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("## Lambda's CPU share\n\n")
-	p("Lambda gives a function CPU in proportion to its memory, one vCPU at %d MB: the template's %d MB dispatch function gets %.1f%% of a CPU. `make bench-lambda-share` (bench/cmd/lambdashare; also run here) runs one dispatch bootstrap in a cgroup v1 CPU group with that quota (`lambdaemu.CPULambdaShare`: %d µs of every 100,000 µs), warm, draining a backlog of %s messages alone (no fan-out, no linger), and compares %d of them — the template's `DispatchMaxWorkers` — with the %d-client bare-SQL floor measured in the same run (the best of %d rounds). **R** = one invocation's rate × %d ÷ the floor; R ≥ 1 means the deployed workers can take everything the floor gives.\n\n",
+	p("Lambda gives a function CPU in proportion to its memory, one vCPU at %d MB: the template's %d MB dispatch function gets %.1f%% of a CPU. `make bench-lambda-share` (bench/cmd/lambdashare; also run here) runs one dispatch bootstrap in a cgroup v1 CPU group with that quota (`lambdaemu.CPULambdaShare`: %d µs of every 100,000 µs), warm, draining a backlog of %s messages alone (no fan-out, no linger; the best of %d rounds, a fresh database each), and compares %d of them — the template's `DispatchMaxWorkers` — with the %d-client bare-SQL floor measured in the same run (the best of %d rounds). **R** = one invocation's rate × %d ÷ the floor; R ≥ 1 means the deployed workers can take everything the floor gives.\n\n",
 		lambdaemu.LambdaFullCPUMemoryMB, r.Template.DispatchMemoryMB, 100*float64(r.Template.DispatchMemoryMB)/lambdaemu.LambdaFullCPUMemoryMB,
 		lambdaemu.CPUShareStatus{Enabled: true, Requested: lambdaemu.CPULambdaShare}.QuotaFor(r.Template.DispatchMemoryMB).Microseconds(),
-		thousands(r.Options.Backlog), r.Template.DispatchMaxWorkers, FloorClients, r.Options.FloorRounds, r.Template.DispatchMaxWorkers)
+		thousands(r.Options.Backlog), r.Options.DrainRounds, r.Template.DispatchMaxWorkers, FloorClients, r.Options.FloorRounds, r.Template.DispatchMaxWorkers)
 	p("Cluster: %s. %s.\n\n", r.Settings, r.EventBridge.CPUShare)
 	p("| run | msgs/s | µs CPU per message (bootstrap) | throttled periods | × %d workers | R |\n|---|---|---|---|---|---|\n", r.Template.DispatchMaxWorkers)
 	p("| floor, %d clients, batch %d | %.0f | | | | |\n", FloorClients, r.Floor.BatchSize, r.Floor.Rate())

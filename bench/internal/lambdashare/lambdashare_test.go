@@ -16,7 +16,7 @@ import (
 func TestPrintEndsWithTheRatio(t *testing.T) {
 	share := lambdaemu.CPUShareStatus{Requested: lambdaemu.CPULambdaShare, Enabled: true, Dir: "/sys/fs/cgroup/cpu/lambdaemu-1-x"}
 	r := Result{
-		Options:  Options{Backlog: 100000, FloorRounds: 3},
+		Options:  Options{Backlog: 100000, FloorRounds: 3, DrainRounds: 3},
 		Settings: Settings{Version: "15", Autovacuum: "on", SharedBuffers: "128MB", Fsync: "on", SynchronousCommit: "on"},
 		Template: deploybench.TemplateFacts{DispatchMemoryMB: 256, DispatchMaxWorkers: 8},
 		Floor:    floor.Result{Clients: 2, BatchSize: 1000, Messages: 40000, Elapsed: time.Second},

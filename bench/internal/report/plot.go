@@ -41,6 +41,10 @@ func Plot(r *suite.Results, path string) error {
 			g.labels = append(g.labels, fmt.Sprintf("outbox engine, batch %d × 1, pool of %d", d.Options.BatchSize, d.Options.Conns))
 			g.values = append(g.values, d.Rate())
 		}
+		if d := r.RiverPools; d.Messages > 0 {
+			g.labels = append(g.labels, fmt.Sprintf("outbox engine, batch %d × %d, pools of %d", d.Options.BatchSize, d.Options.Dispatchers, d.Options.Conns))
+			g.values = append(g.values, d.Rate())
+		}
 		groups = append(groups, g)
 	}
 	if k, u := r.ManyKeys, r.ManyKeysUnordered; k.Messages > 0 && u.Messages > 0 {

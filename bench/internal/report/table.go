@@ -63,6 +63,13 @@ func rows(r *suite.Results) []row {
 		}
 		add(fmt.Sprintf("engine burn-down: batch %d, 1 dispatcher on a pool of %d", d.Options.BatchSize, d.Options.Conns), rate(d.Rate()), note)
 	}
+	if d := r.RiverPools; d.Messages > 0 {
+		note := "as many connections as River's pool"
+		if r.River.Jobs > 0 {
+			note += fmt.Sprintf(", %.2f× River", d.Rate()/r.River.WorkRate())
+		}
+		add(fmt.Sprintf("engine burn-down: batch %d, %d dispatchers on pools of %d", d.Options.BatchSize, d.Options.Dispatchers, d.Options.Conns), rate(d.Rate()), note)
+	}
 	if r.River.Jobs > 0 {
 		add(fmt.Sprintf("River work: %d no-op workers", 2000), rate(r.River.WorkRate()), "")
 	}
