@@ -108,7 +108,7 @@ func equalToRiver(r *suite.Results) []outboxrun.BurnDownResult {
 func EqualToRiver(r *suite.Results) (outboxrun.BurnDownResult, bool) {
 	var best outboxrun.BurnDownResult
 	for _, e := range equalToRiver(r) {
-		if e.Rate() > best.Rate() {
+		if best.Messages == 0 || e.Rate() > best.Rate() {
 			best = e
 		}
 	}

@@ -236,7 +236,7 @@ func Markdown(r *suite.Results, plotFile string) string {
 	p("| run | msgs/s | of the bound | of the batch shape's ceiling | claim p50 | complete p50 | mean time per batch |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	if l := r.LatencyEngine; l.Messages > 0 {
 		p("| engine (pipelined) | %s | %.0f%% | %.0f%% | %s | %s | %s |\n", thousands(l.Rate()), 100*l.Rate()/bound, 100*l.Rate()/ShapeCeiling(cfg), msec(l.ClaimLatency.P50), msec(l.CompleteLatency.P50), human((l.Elapsed / time.Duration(max(l.Batches, 1))).Round(time.Millisecond)))
-		p("\nThe engine claims batch n+1 and completes batch n−1 while batch n is published, so a batch costs the longer of its publishing (at least %s here) and one claim plus one completion, not their sum. The run was made %d times and the faster kept.\n", human(ShapePublish(cfg)), suite.Repeats)
+		p("\nThe engine claims batch n+1 and completes batch n−1 while batch n is published, so a batch costs the longer of its publishing (at least %s here) and one claim plus one completion, not their sum. The run was made %d times and the fastest kept.\n", human(ShapePublish(cfg)), suite.Repeats)
 	}
 	p("\n")
 

@@ -76,10 +76,10 @@ func writeOrdered(b *strings.Builder, r *suite.Results) {
 		p("The webhook run drains %s messages once: at 50 msgs/s the 5,000 of the goal's wording would take 100 s, and the figure it tests — what the %d gaps between runs add to %s of calls — is the same per run. ", thousands(float64(h.Messages)), h.Publishes-1, human(splitKeyTime(h).atLatency))
 	}
 	if h := r.HotKeySNS; h.Messages > 0 {
-		p("The SNS run drains %s messages, %d times, and keeps the faster run.", thousands(float64(h.Messages)), suite.Repeats)
+		p("The SNS run drains %s messages, %d times, and keeps the fastest run.", thousands(float64(h.Messages)), suite.Repeats)
 	}
 	p("\n")
-	p("- **Many keys**: %s keys of %d messages, message i on key i mod %s, enqueued in that order (as the producers of that many keys write them, each key's messages spread over the whole queue) with `EnqueueBatch` of 1,000 and dedupe keys; the baseline is as many messages with the same payload and dedupe keys and no ordering key. Both drain fresh copies of their templates with the no-op publisher, one dispatcher at batch %d on one connection, in adjacent pairs (baseline first), %d times, each keeping its faster run. A claim of %d then takes %d keys' whole runs (a head and the %d messages behind it).\n",
+	p("- **Many keys**: %s keys of %d messages, message i on key i mod %s, enqueued in that order (as the producers of that many keys write them, each key's messages spread over the whole queue) with `EnqueueBatch` of 1,000 and dedupe keys; the baseline is as many messages with the same payload and dedupe keys and no ordering key. Both drain fresh copies of their templates with the no-op publisher, one dispatcher at batch %d on one connection, in adjacent pairs (baseline first), %d times, each keeping its fastest run. A claim of %d then takes %d keys' whole runs (a head and the %d messages behind it).\n",
 		thousands(float64(cfg.ManyKeys)), cfg.PerKey, thousands(float64(cfg.ManyKeys)), cfg.ComparisonBatch, suite.Repeats, cfg.ComparisonBatch, cfg.ComparisonBatch/max(cfg.PerKey, 1), cfg.PerKey-1)
 	p("- **A stuck key** is in the [claim scaling table](#scaling): the claims of unordered messages with a key's backlog in the same table, against the same claims without it, their cycles interleaved.\n\n")
 

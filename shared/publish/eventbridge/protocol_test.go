@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,30 @@ func TestJSONStringEscapesAsTheSDK(t *testing.T) {
 			entries = append(entries, types.PutEventsRequestEntry{Detail: aws.String(s)})
 		}
 		sameRequest(t, &eventbridge.PutEventsInput{Entries: entries})
+	}
+}
+
+// The codec writes the members PutEventsInput and PutEventsRequestEntry
+// have today; a member an SDK upgrade adds would be left out of the body
+// without a word, so the members are pinned here: a new one fails this
+// test until appendPutEventsRequest writes it.
+func TestTheCodecWritesEveryMemberOfTheSDKsInput(t *testing.T) {
+	for _, c := range []struct {
+		value any
+		want  []string
+	}{
+		{eventbridge.PutEventsInput{}, []string{"Entries", "EndpointId"}},
+		{types.PutEventsRequestEntry{}, []string{"Detail", "DetailType", "EventBusName", "Resources", "Source", "Time", "TraceHeader"}},
+	} {
+		var got []string
+		typ := reflect.TypeOf(c.value)
+		for i := range typ.NumField() {
+			if f := typ.Field(i); f.IsExported() {
+				got = append(got, f.Name)
+			}
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s has the members %v; the codec writes %v", typ, got, c.want)
+		}
 	}
 }
