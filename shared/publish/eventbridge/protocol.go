@@ -69,74 +69,71 @@ func appendPutEventsRequest(dst []byte, in *eventbridge.PutEventsInput) []byte {
 	if dst == nil {
 		dst = make([]byte, 0, putEventsRequestSize(in))
 	}
-	dst = append(dst, '{')
-	comma := false
-	key := func(name string) {
-		if comma {
-			dst = append(dst, ',')
-		}
-		comma = true
-		dst = append(dst, '"')
-		dst = append(dst, name...)
-		dst = append(dst, '"', ':')
-	}
-	if in.EndpointId != nil {
-		key("EndpointId")
-		dst = appendJSONString(dst, *in.EndpointId)
-	}
+	o := jsonObject{dst: append(dst, '{')}
+	o.string("EndpointId", in.EndpointId)
 	if in.Entries != nil {
-		key("Entries")
-		dst = append(dst, '[')
+		o.key("Entries")
+		o.dst = append(o.dst, '[')
 		for i := range in.Entries {
 			if i > 0 {
-				dst = append(dst, ',')
+				o.dst = append(o.dst, ',')
 			}
-			dst = appendEntry(dst, &in.Entries[i])
+			o.dst = appendEntry(o.dst, &in.Entries[i])
 		}
-		dst = append(dst, ']')
+		o.dst = append(o.dst, ']')
 	}
-	return append(dst, '}')
+	return append(o.dst, '}')
 }
 
 func appendEntry(dst []byte, e *types.PutEventsRequestEntry) []byte {
-	dst = append(dst, '{')
-	comma := false
-	key := func(name string) {
-		if comma {
-			dst = append(dst, ',')
-		}
-		comma = true
-		dst = append(dst, '"')
-		dst = append(dst, name...)
-		dst = append(dst, '"', ':')
-	}
-	str := func(name string, v *string) {
-		if v != nil {
-			key(name)
-			dst = appendJSONString(dst, *v)
-		}
-	}
-	str("Detail", e.Detail)
-	str("DetailType", e.DetailType)
-	str("EventBusName", e.EventBusName)
+	o := jsonObject{dst: append(dst, '{')}
+	o.string("Detail", e.Detail)
+	o.string("DetailType", e.DetailType)
+	o.string("EventBusName", e.EventBusName)
 	if e.Resources != nil {
-		key("Resources")
-		dst = append(dst, '[')
+		o.key("Resources")
+		o.dst = append(o.dst, '[')
 		for i, r := range e.Resources {
 			if i > 0 {
-				dst = append(dst, ',')
+				o.dst = append(o.dst, ',')
 			}
-			dst = appendJSONString(dst, r)
+			o.dst = appendJSONString(o.dst, r)
 		}
-		dst = append(dst, ']')
+		o.dst = append(o.dst, ']')
 	}
-	str("Source", e.Source)
+	o.string("Source", e.Source)
 	if e.Time != nil {
-		key("Time")
-		dst = smithyencoding.EncodeFloat(dst, smithytime.FormatEpochSeconds(*e.Time), 64)
+		o.key("Time")
+		o.dst = smithyencoding.EncodeFloat(o.dst, smithytime.FormatEpochSeconds(*e.Time), 64)
 	}
-	str("TraceHeader", e.TraceHeader)
-	return append(dst, '}')
+	o.string("TraceHeader", e.TraceHeader)
+	return append(o.dst, '}')
+}
+
+// jsonObject appends an object's members to dst, after its opening brace.
+type jsonObject struct {
+	dst     []byte
+	members int
+}
+
+// key appends a member's name, after a comma unless it is the first.
+func (o *jsonObject) key(name string) {
+	if o.members > 0 {
+		o.dst = append(o.dst, ',')
+	}
+	o.members++
+	o.dst = append(o.dst, '"')
+	o.dst = append(o.dst, name...)
+	o.dst = append(o.dst, '"', ':')
+}
+
+// string appends a string member, or nothing for nil, as the SDK leaves
+// an absent member out.
+func (o *jsonObject) string(name string, v *string) {
+	if v != nil {
+		o.key(name)
+		o.dst = appendJSONString(o.dst, *v)
+	}
 }
 
 // putEventsRequestSize is room for in's body with a few escapes: enough
