@@ -110,7 +110,7 @@ bench-archive: ## The attempts archive at volume: 50M rows over 30 daily partiti
 	cd bench && $(GO) run ./cmd/archive $(ARGS)
 
 .PHONY: bench-deployment
-bench-deployment: ## The deployment under the Lambda emulation: dispatch with the template's defaults (schedule, linger, fan-out; real time), 1,000 msgs/s offered to a 20 ms webhook for 60 s; prints commit-to-receipt latency, throughput, claims per second (ARGS="-rate 0 -backlog 200000 …"; -target eventbridge -bulk-backlog: a drain to an endpoint answering at once); then one invocation's drain unconstrained and at the template MemorySize's CPU share (-invocation-drain 0: skip)
+bench-deployment: ## The deployment under the Lambda emulation, each environment at the CPU share of its memory (-cpu-share=false: the whole machine): dispatch with the template's defaults (schedule, linger, fan-out; real time), 1,000 msgs/s offered to a 20 ms webhook for 60 s; prints commit-to-receipt latency, throughput, claims per second (ARGS="-rate 0 -backlog 200000 …"; -target eventbridge -bulk-backlog: a drain to an endpoint answering at once); then one invocation's drain unconstrained and at the template MemorySize's CPU share (-invocation-drain 0: skip)
 	$(GO) run ./shared/testkit/deploybench/cmd/deploybench $(ARGS)
 
 # ---- Reliability: the fault-injection soak and the fuzz targets ----

@@ -7,6 +7,7 @@ import (
 
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
+	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
 )
 
 // DeploymentOptions are the three runs of the deployment under the Lambda
@@ -40,7 +41,8 @@ const (
 )
 
 // Deployment builds the real dispatch bootstrap and runs it under the
-// Lambda emulation three times, each in a fresh migrated database:
+// Lambda emulation three times, each in a fresh migrated database, each
+// execution environment at Lambda's CPU share for the template's memory:
 //
 //   - latency: Rate msgs/s for Duration to a webhook answering after
 //     Latency (64 calls in flight); the run ends once every message has
@@ -70,6 +72,9 @@ func Deployment(ctx context.Context, srv *scratch.Server, opts DeploymentOptions
 		}
 		defer db.Drop()
 		cfg.DatabaseURL, cfg.DispatchBinary, cfg.Logf = db.URL, binary, logf
+		// Each environment at the CPU Lambda gives the template's memory
+		// (a cgroup, where the machine allows one; the report says).
+		cfg.CPU = lambdaemu.CPUShare{Mode: lambdaemu.CPULambdaShare}
 		rep, err := deploybench.Run(ctx, cfg)
 		if err == nil {
 			err = check(label, rep)

@@ -92,7 +92,15 @@ func writeDeployment(b *strings.Builder, r *suite.Results) {
 	p("## The deployment under the Lambda emulation\n\n")
 	p("The dispatch function as deployed, not the engine alone: the real dispatch bootstrap (built with the deployment's flags) under `shared/testkit/lambdaemu`, driven by `shared/testkit/deploybench` (`make bench-deployment` runs the same driver by hand), with the template's defaults — schedule `rate(1 minute)` **in real time, not compressed**, the first tick at once; timeout %s; %d MB; linger and LISTEN on; `DispatchMaxWorkers` %d as reserved concurrency and `OUTBOX_MAX_WORKERS`; batches of %d, at most %d per run; a pool of %d connections. ",
 		human(deploybench.TemplateTimeout), deploybench.TemplateMemoryMB, deploybench.TemplateMaxWorkers, deploybench.TemplateBatchSize, deploybench.TemplateMaxBatches, suite.FunctionPool)
-	p("What is emulated: execution environments started cold, reused warm and frozen between invocations, asynchronous `Invoke` (fan-out) queued and run within the reserved concurrency, deadlines. What the machine is not: Lambda gives every invocation its own CPU; here **every bootstrap, the target, the producers and PostgreSQL share the machine's %d cores** (with whatever else runs on it), and every call is on loopback. Each run had a fresh migrated database.\n\n", r.Env.Cores)
+	share := d.Latency.CPUShare
+	if !share.Enabled {
+		share = d.Backlog.CPUShare
+	}
+	capped := "**each execution environment ran at the CPU Lambda gives %d MB** (a cgroup v1 CPU group per environment; %s), so no bootstrap uses more CPU than it would deployed"
+	if !share.Enabled {
+		capped = "each execution environment was **not** capped at the CPU Lambda gives %d MB (%s)"
+	}
+	p("What is emulated: execution environments started cold, reused warm and frozen between invocations, asynchronous `Invoke` (fan-out) queued and run within the reserved concurrency, deadlines; "+capped+". What the machine is not: Lambda gives every invocation CPU of its own; here **every bootstrap, the target, the producers and PostgreSQL share the machine's %d cores** (with whatever else runs on it), and every call is on loopback. Each run had a fresh migrated database.\n\n", deploybench.TemplateMemoryMB, share, r.Env.Cores)
 	p("| run | what | figures |\n|---|---|---|\n")
 	if l := d.Latency; l.Elapsed > 0 {
 		m := l.Measurement

@@ -63,6 +63,10 @@ type Config struct {
 	// (default: the template's MaximumRetryAttempts 0, Lambda's other
 	// defaults).
 	Async lambdaemu.AsyncConfig
+	// CPU caps each execution environment (default unlimited: the
+	// machine's cores). lambdaemu.CPULambdaShare gives each the share
+	// Lambda gives MemoryMB; Report.CPUShare says what was applied.
+	CPU lambdaemu.CPUShare
 	// FunctionEnv adds to or overrides the dispatch function's
 	// environment, which starts as the template's defaults
 	// (TemplateEnv).

@@ -63,9 +63,14 @@ func TestBulkBacklogDrainsToEventBridge(t *testing.T) {
 		// room for a slow machine's drain, which ends the run as soon as it
 		// is done, long before.
 		Duration: time.Millisecond, Timeout: time.Minute, Logf: t.Logf,
+		// As make bench-compare runs it: each environment at its share.
+		CPU: lambdaemu.CPUShare{Mode: lambdaemu.CPULambdaShare},
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s := rep.CPUShare; s.Requested != lambdaemu.CPULambdaShare || s.Enabled != (s.Reason == "") {
+		t.Errorf("the share: %+v", s)
 	}
 	b := rep.Backlog
 	if b == nil || b.Committed != backlog || b.Received != backlog || b.Missing != 0 || b.Unexpected != 0 || rep.Target.Duplicates != 0 {
@@ -81,7 +86,7 @@ func TestBulkBacklogDrainsToEventBridge(t *testing.T) {
 	}
 	var out strings.Builder
 	rep.Print(&out)
-	for _, want := range []string{"EventBridge route", "in bulk", "ended by the emulator", "bootstraps"} {
+	for _, want := range []string{"EventBridge route", "in bulk", "ended by the emulator", "bootstraps", "cpu share: "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report does not say %q:\n%s", want, out.String())
 		}

@@ -43,6 +43,8 @@ type Report struct {
 	EndedByEmulator int
 	// ErrorLines are the first error lines the function printed.
 	ErrorLines []string
+	// CPUShare is the cap the emulator applied to each environment.
+	CPUShare lambdaemu.CPUShareStatus
 }
 
 // BacklogDrain is how the backlog committed before the first tick went.
@@ -88,7 +90,7 @@ func (r Report) Print(w io.Writer) {
 	if c.ReservedConcurrency > 0 {
 		reserved = fmt.Sprint(c.ReservedConcurrency)
 	}
-	p("function", "dispatch bootstrap, timeout %s (not compressed), %d MB, reserved concurrency %s", c.Timeout, c.MemoryMB, reserved)
+	p("function", "dispatch bootstrap, timeout %s (not compressed), %d MB, reserved concurrency %s; %s", c.Timeout, c.MemoryMB, reserved, r.CPUShare)
 	p("settings", "%s", strings.Join(settings(c), " "))
 	if c.Target == TargetEventBridge {
 		conc := "the route's default"

@@ -59,6 +59,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	errorLines := &lineSample{max: 5}
 	emu, err := lambdaemu.New(lambdaemu.Options{
 		DiscardLogs: true,
+		CPU:         cfg.CPU,
 		OnLog: func(_ string, l lambdaemu.LogLine) {
 			if strings.Contains(l.Text, `"level":"ERROR"`) || l.Stream == "stderr" {
 				errorLines.add(l.Text)
@@ -69,6 +70,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer emu.Close()
+	rep.CPUShare = emu.CPUShareStatus()
 	async := cfg.Async
 	if err := emu.Register(lambdaemu.FunctionConfig{
 		Name: dispatchFunction, Binary: cfg.DispatchBinary, Timeout: cfg.Timeout, MemoryMB: cfg.MemoryMB,

@@ -58,7 +58,11 @@ func main() {
 	flag.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
 	flag.IntVar(&drain, "invocation-drain", 20000, "after the run, drain this backlog with one invocation, unconstrained and at the template's memory's CPU share, and print both (0: skip)")
 	flag.StringVar(&tplPath, "template", "template.yaml", "the SAM template whose dispatch MemorySize the capped drain uses")
+	cpuShare := flag.Bool("cpu-share", true, "run each execution environment at the CPU Lambda gives its memory (a cgroup v1 CPU group; needs root, else the run is unconstrained and says so)")
 	flag.Parse()
+	if *cpuShare {
+		cfg.CPU = lambdaemu.CPUShare{Mode: lambdaemu.CPULambdaShare}
+	}
 	if env != "" {
 		cfg.FunctionEnv = strings.Split(env, ",")
 	}
