@@ -325,9 +325,9 @@ func writeNotMet(b *strings.Builder, r *suite.Results, goals []Goal) {
 		case strings.Contains(g.Name, "SQL floor"):
 			p("The gap to the floor is analysed under [Where the engine's time goes](#where-the-engines-time-goes), call by call, with what would close it.\n\n")
 		case strings.Contains(g.Name, "River"):
-			e, _ := GridAt(r, r.Config.ComparisonBatch, suite.RiverDispatchers)
-			p("With %d dispatchers the engine drained %s against River's %s. Its time is almost all in its two database calls (claim p50 %s, complete p50 %s per batch of %d, %d at a time on two cores shared with PostgreSQL).\n\n",
-				suite.RiverDispatchers, rate(e.Rate()), rate(r.River.WorkRate()), msec(e.ClaimLatency.P50), msec(e.CompleteLatency.P50), e.Options.BatchSize, suite.RiverDispatchers)
+			e, _ := EqualToRiver(r)
+			p("With %s (%d connections) the engine drained %s against River's %s. Its time is almost all in its two database calls (claim p50 %s, complete p50 %s per batch of %d, on two cores shared with PostgreSQL), where it costs the server more CPU a message than the bare-SQL floor: see [Where the engine's time goes](#where-the-engines-time-goes).\n\n",
+				describeDispatchers(e), suite.RiverDispatchers, rate(e.Rate()), rate(r.River.WorkRate()), msec(e.ClaimLatency.P50), msec(e.CompleteLatency.P50), e.Options.BatchSize)
 		case strings.Contains(g.Name, "Little"):
 			writeLatencyGap(b, r)
 		case strings.Contains(g.Name, "hot key to a webhook"):
