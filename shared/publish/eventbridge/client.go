@@ -12,13 +12,10 @@ import (
 // same request for less CPU per message. optFns apply after, as in
 // eventbridge.NewFromConfig.
 func NewClient(awsCfg aws.Config, optFns ...func(*eventbridge.Options)) *eventbridge.Client {
-	return eventbridge.NewFromConfig(awsCfg, append([]func(*eventbridge.Options){WithPutEventsCodec}, optFns...)...)
+	return eventbridge.NewFromConfig(awsCfg, append([]func(*eventbridge.Options){withPutEventsCodec}, optFns...)...)
 }
 
-// WithPutEventsCodec is NewClient's option on its own, for a client built
-// another way: it wraps the client's protocol in putEventsProtocol.
-func WithPutEventsCodec(o *eventbridge.Options) {
-	if _, done := o.Protocol.(putEventsProtocol); !done && o.Protocol != nil {
-		o.Protocol = putEventsProtocol{ClientProtocol: o.Protocol}
-	}
+// withPutEventsCodec wraps the client's protocol in putEventsProtocol.
+func withPutEventsCodec(o *eventbridge.Options) {
+	o.Protocol = putEventsProtocol{ClientProtocol: o.Protocol}
 }
