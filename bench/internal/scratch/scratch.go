@@ -144,6 +144,51 @@ func (db *DB) MeterCPU(ctx context.Context) func() load.CPU {
 	}
 }
 
+// IndexReads is, for each index of outbox.<table> scanned so far, how many
+// index entries its scans returned (pg_stat_user_indexes.idx_tup_read):
+// what a claim walked over, say, besides what it took. A session's counts
+// reach the statistics when it ends, so it waits, up to ten seconds, until
+// no client session is connected to the database but its own; call it
+// after the run's pools are closed.
+func (db *DB) IndexReads(ctx context.Context, table string) (map[string]int64, error) {
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var others int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&others)
+		if err != nil {
+			return nil, err
+		}
+		if others == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("index reads of %s: %d other sessions still connected", table, others)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rows, err := conn.Query(ctx, `SELECT indexrelname, idx_tup_read FROM pg_stat_user_indexes
+		WHERE schemaname = 'outbox' AND relname = $1`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	reads := map[string]int64{}
+	for rows.Next() {
+		var index string
+		var n int64
+		if err := rows.Scan(&index, &n); err != nil {
+			return nil, err
+		}
+		reads[index] = n
+	}
+	return reads, rows.Err()
+}
+
 // Exec runs statements on one fresh connection to the database.
 func (db *DB) Exec(ctx context.Context, stmts ...string) error {
 	conn, err := pgx.Connect(ctx, db.URL)
