@@ -26,12 +26,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/dispatcher/bench/internal/callcost"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 )
 
@@ -241,17 +241,13 @@ type meter struct {
 }
 
 func (m meter) read(ctx context.Context) (time.Duration, int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", m.pid))
-	if err != nil {
-		return 0, 0, fmt.Errorf("PostgreSQL must run on this machine: %w", err)
-	}
-	ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+	cpu, err := callcost.BackendCPU(m.pid)
 	if err != nil {
 		return 0, 0, err
 	}
 	var wal int64
 	err = m.c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&wal)
-	return time.Duration(ns), wal, err
+	return cpu, wal, err
 }
 
 // totals is one shape's drain so far.

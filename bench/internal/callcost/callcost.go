@@ -128,24 +128,16 @@ func measure(ctx context.Context, srv *scratch.Server, template string, batch in
 		return Cost{}, Cost{}, err
 	}
 	backend := pg.PID()
-	serverCPU := func() (time.Duration, error) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", backend))
-		if err != nil {
-			return 0, fmt.Errorf("PostgreSQL must run on this machine: %w", err)
-		}
-		ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
-		return time.Duration(ns), err
-	}
 	// timed adds the backend's CPU over call to *into.
 	timed := func(into *time.Duration, call func() error) error {
-		before, err := serverCPU()
+		before, err := BackendCPU(backend)
 		if err != nil {
 			return err
 		}
 		if err := call(); err != nil {
 			return err
 		}
-		after, err := serverCPU()
+		after, err := BackendCPU(backend)
 		*into += after - before
 		return err
 	}
@@ -215,4 +207,16 @@ func measure(ctx context.Context, srv *scratch.Server, template string, batch in
 		return Cost{}, Cost{}, fmt.Errorf("%d messages left pending", left)
 	}
 	return engine, bare, nil
+}
+
+// BackendCPU is the CPU time the PostgreSQL backend of process id pid has
+// spent so far, from /proc/<pid>/schedstat: PostgreSQL must run on this
+// machine.
+func BackendCPU(pid uint32) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("PostgreSQL must run on this machine: %w", err)
+	}
+	ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+	return time.Duration(ns), err
 }
