@@ -5,11 +5,14 @@
 // outbox.claim_batch) starts at the head of pending_claimable and steps over
 // the rows the other claims hold or have just leased — about five entries
 // of that index read a message claimed on four connections, two on one. A
-// claim slot (here a column, hashtext(id) modulo the slot count, and an index
-// on (claim_slot, next_attempt_at, id) with pending_claimable's predicate)
+// claim slot (here a column — hashtext(id) modulo the slot count, or with
+// -slot-by chunk the heap's run of -chunk-pages pages the row was enqueued
+// into, so that a slot's rows lie together — and an index on (claim_slot,
+// next_attempt_at, id) with pending_claimable's predicate)
 // lets each connection claim from a slot of its own, and turn to the others
 // only when its own is empty (-start owned, one call a slot): the best
-// slotting can do, since no two claims ever share a slot. A dispatcher has
+// slotting can do, since no two claims share a slot while each
+// connection's own has rows. A dispatcher has
 // no slot of its own, so -start random is what a claim function could do:
 // start at a random slot and read the slots in turn in one statement (a
 // lateral join of the slots with each one's locked heads) until the batch
@@ -101,17 +104,22 @@ const slotIndex = "pending_slot_claimable"
 
 func run() error {
 	var (
-		target   = scratch.TargetFlags()
-		clients  = flag.Int("clients", 4, "connections claiming at once")
-		slots    = flag.Int("slots", 4, "claim slots; client i claims slot i modulo this first")
-		rounds   = flag.Int("rounds", 5, "rounds; each drains one copy of each shape")
-		messages = flag.Int("messages", 200000, "messages in the queue each run drains")
-		batch    = flag.Int("batch", 1000, "rows a claim takes")
-		start    = flag.String("start", "owned", "where a slotted claim starts: owned (client i at slot i, the next slots in turn, one call each) or random (a random slot per claim, every slot in one statement)")
+		target     = scratch.TargetFlags()
+		clients    = flag.Int("clients", 4, "connections claiming at once")
+		slots      = flag.Int("slots", 4, "claim slots; client i claims slot i modulo this first")
+		rounds     = flag.Int("rounds", 5, "rounds; each drains one copy of each shape")
+		messages   = flag.Int("messages", 200000, "messages in the queue each run drains")
+		batch      = flag.Int("batch", 1000, "rows a claim takes")
+		slotBy     = flag.String("slot-by", "hash", "a message's slot: hash (of its id) or chunk (of -chunk-pages heap pages as the enqueue wrote them)")
+		chunkPages = flag.Int("chunk-pages", 8, "heap pages a chunk with -slot-by chunk")
+		start      = flag.String("start", "owned", "where a slotted claim starts: owned (client i at slot i, the next slots in turn, one call each) or random (a random slot per claim, every slot in one statement)")
 	)
 	flag.Parse()
 	if *start != "owned" && *start != "random" {
 		return fmt.Errorf("-start: %q is neither owned nor random", *start)
+	}
+	if *slotBy != "hash" && *slotBy != "chunk" {
+		return fmt.Errorf("-slot-by: %q is neither hash nor chunk", *slotBy)
 	}
 	randomStart = *start == "random"
 	if !strings.Contains(lateralClaimSQL, "generate_series") {
@@ -142,13 +150,13 @@ func run() error {
 	// table as dense as an enqueue would have.
 	if err := tmpl.Exec(ctx,
 		"ALTER TABLE outbox.pending ADD COLUMN claim_slot int NOT NULL DEFAULT 0",
-		fmt.Sprintf("UPDATE outbox.pending SET claim_slot = abs(hashtext(id::text) %% %d)", *slots),
+		slotUpdate(*slotBy, *chunkPages, *slots),
 		"VACUUM FULL outbox.pending",
 		"CREATE INDEX "+slotIndex+" ON outbox.pending (claim_slot, next_attempt_at, id) WHERE lease_token IS NULL AND NOT behind AND NOT paused",
 		"VACUUM ANALYZE outbox.pending", "CHECKPOINT"); err != nil {
 		return err
 	}
-	fmt.Printf("%d messages of %d bytes, batch %d, %d connections, %d slots, start %s\n", spec.Messages, spec.PayloadBytes, *batch, *clients, *slots, *start)
+	fmt.Printf("%d messages of %d bytes, batch %d, %d connections, %d slots by %s, start %s\n", spec.Messages, spec.PayloadBytes, *batch, *clients, *slots, *slotBy, *start)
 	fmt.Printf("db µs: the CPU of the database's backends a message; reads/msg: entries of the claim's index read a message claimed\n")
 	fmt.Printf("%-5s %-8s %9s %8s %9s\n", "round", "claim", "msgs/s", "db µs", "reads/msg")
 	var rateRatios, cpuRatios []float64
@@ -177,6 +185,14 @@ func run() error {
 	fmt.Printf("slots ÷ one head, median of %d rounds (range): rate %.3f (%.3f–%.3f), db CPU a message %.3f (%.3f–%.3f)\n",
 		*rounds, median(rateRatios), slices.Min(rateRatios), slices.Max(rateRatios), median(cpuRatios), slices.Min(cpuRatios), slices.Max(cpuRatios))
 	return nil
+}
+
+// slotUpdate sets each message's slot.
+func slotUpdate(by string, chunkPages, slots int) string {
+	if by == "chunk" {
+		return fmt.Sprintf("UPDATE outbox.pending SET claim_slot = ((ctid::text::point)[0]::bigint / %d) %% %d", chunkPages, slots)
+	}
+	return fmt.Sprintf("UPDATE outbox.pending SET claim_slot = abs(hashtext(id::text) %% %d)", slots)
 }
 
 // randomStart is -start random.
