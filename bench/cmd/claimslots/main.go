@@ -12,11 +12,12 @@
 // lets each connection claim from a slot of its own, and turn to the others
 // only when its own is empty (-start owned, one call a slot): the best
 // slotting can do, since no two claims share a slot while each
-// connection's own has rows. A dispatcher has
-// no slot of its own, so -start random is what a claim function could do:
-// start at a random slot and read the slots in turn in one statement (a
-// lateral join of the slots with each one's locked heads) until the batch
-// is full. docs/PERFORMANCE.md says what both found.
+// connection's own has rows. A dispatcher has no slot of its own, so
+// -start random is what a claim function could do: start at a random slot,
+// and read the next ones in turn until the batch is full (one statement a
+// slot, as a loop in the function would run them; -one-statement reads
+// them all in one, a lateral join of the slots with each one's locked
+// heads). docs/PERFORMANCE.md says what they found.
 //
 // Both shapes run the floor's statements (bench/internal/floor) on copies of
 // one template, each copy keeping only the claim index its shape reads, in
@@ -112,7 +113,8 @@ func run() error {
 		batch      = flag.Int("batch", 1000, "rows a claim takes")
 		slotBy     = flag.String("slot-by", "hash", "a message's slot: hash (of its id) or chunk (of -chunk-pages heap pages as the enqueue wrote them)")
 		chunkPages = flag.Int("chunk-pages", 8, "heap pages a chunk with -slot-by chunk")
-		start      = flag.String("start", "owned", "where a slotted claim starts: owned (client i at slot i, the next slots in turn, one call each) or random (a random slot per claim, every slot in one statement)")
+		start      = flag.String("start", "owned", "where a slotted claim starts: owned (client i at slot i) or random (a random slot a claim); it reads the next slots in turn while the batch is not full")
+		lateral    = flag.Bool("one-statement", false, "read the slots in one statement (a lateral join of the slots with each one's locked heads) instead of one call a slot")
 	)
 	flag.Parse()
 	if *start != "owned" && *start != "random" {
@@ -121,7 +123,7 @@ func run() error {
 	if *slotBy != "hash" && *slotBy != "chunk" {
 		return fmt.Errorf("-slot-by: %q is neither hash nor chunk", *slotBy)
 	}
-	randomStart = *start == "random"
+	randomStart, oneStatement = *start == "random", *lateral
 	if !strings.Contains(lateralClaimSQL, "generate_series") {
 		return fmt.Errorf("the floor's claim no longer reads as lateralClaimSQL expects")
 	}
@@ -195,8 +197,8 @@ func slotUpdate(by string, chunkPages, slots int) string {
 	return fmt.Sprintf("UPDATE outbox.pending SET claim_slot = abs(hashtext(id::text) %% %d)", slots)
 }
 
-// randomStart is -start random.
-var randomStart bool
+// randomStart is -start random; oneStatement is -one-statement.
+var randomStart, oneStatement bool
 
 type measured struct{ rate, cpuPerMessage, readsPerMessage float64 }
 
@@ -276,11 +278,15 @@ func drain(ctx context.Context, db *scratch.DB, clients, slots, batch int, useSl
 			for {
 				var n int
 				var err error
-				if useSlots && randomStart {
-					n, err = claimSlot(ctx, c, "lateral_claim", [][]byte{worker, limit, []byte(fmt.Sprint(rand.IntN(slots))), []byte(fmt.Sprint(slots))}, &ids, &token)
+				first := i % slots
+				if randomStart {
+					first = rand.IntN(slots)
+				}
+				if useSlots && oneStatement {
+					n, err = claimSlot(ctx, c, "lateral_claim", [][]byte{worker, limit, []byte(fmt.Sprint(first)), []byte(fmt.Sprint(slots))}, &ids, &token)
 				} else if useSlots {
 					for k := range slots {
-						slot := []byte(fmt.Sprint((i + k) % slots))
+						slot := []byte(fmt.Sprint((first + k) % slots))
 						if n, err = claimSlot(ctx, c, "slot_claim", [][]byte{worker, limit, slot}, &ids, &token); err != nil || n > 0 {
 							break
 						}
