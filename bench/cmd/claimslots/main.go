@@ -283,11 +283,11 @@ func drain(ctx context.Context, db *scratch.DB, clients, slots, batch int, useSl
 					first = rand.IntN(slots)
 				}
 				if useSlots && oneStatement {
-					n, err = claimSlot(ctx, c, "lateral_claim", [][]byte{worker, limit, []byte(fmt.Sprint(first)), []byte(fmt.Sprint(slots))}, &ids, &token)
+					n, err = floor.ClaimWith(ctx, c, "lateral_claim", [][]byte{worker, limit, []byte(fmt.Sprint(first)), []byte(fmt.Sprint(slots))}, &ids, &token)
 				} else if useSlots {
 					for k := range slots {
 						slot := []byte(fmt.Sprint((first + k) % slots))
-						if n, err = claimSlot(ctx, c, "slot_claim", [][]byte{worker, limit, slot}, &ids, &token); err != nil || n > 0 {
+						if n, err = floor.ClaimWith(ctx, c, "slot_claim", [][]byte{worker, limit, slot}, &ids, &token); err != nil || n > 0 {
 							break
 						}
 					}
@@ -318,29 +318,6 @@ func drain(ctx context.Context, db *scratch.DB, clients, slots, batch int, useSl
 		return 0, 0, fmt.Errorf("%d messages left undrained (%v)", left, err)
 	}
 	return total, elapsed, nil
-}
-
-// claimSlot is floor.Claim on one slot.
-func claimSlot(ctx context.Context, c *pgconn.PgConn, stmt string, args [][]byte, ids *bytes.Buffer, token *[]byte) (int, error) {
-	ids.Reset()
-	ids.WriteByte('{')
-	n := 0
-	rr := c.ExecPrepared(ctx, stmt, args, nil, nil)
-	for rr.NextRow() {
-		v := rr.Values()
-		if n > 0 {
-			ids.WriteByte(',')
-		} else {
-			*token = append((*token)[:0], v[11]...)
-		}
-		ids.Write(v[0])
-		n++
-	}
-	ids.WriteByte('}')
-	if _, err := rr.Close(); err != nil {
-		return 0, fmt.Errorf("claim: %w", err)
-	}
-	return n, nil
 }
 
 func pendingLeft(ctx context.Context, db *scratch.DB) (int, error) {

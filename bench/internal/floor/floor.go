@@ -107,10 +107,17 @@ func Prepare(ctx context.Context, c *pgconn.PgConn) error {
 // ids as an array literal and the claim's token to token, and returns how
 // many rows it claimed.
 func Claim(ctx context.Context, c *pgconn.PgConn, worker, limit []byte, ids *bytes.Buffer, token *[]byte) (int, error) {
+	return ClaimWith(ctx, c, "floor_claim", [][]byte{worker, limit}, ids, token)
+}
+
+// ClaimWith is Claim through another prepared statement of the claim's
+// shape (the same columns returned), with its own arguments: a variant of
+// the floor's claim measured against it.
+func ClaimWith(ctx context.Context, c *pgconn.PgConn, stmt string, args [][]byte, ids *bytes.Buffer, token *[]byte) (int, error) {
 	ids.Reset()
 	ids.WriteByte('{')
 	n := 0
-	rr := c.ExecPrepared(ctx, "floor_claim", [][]byte{worker, limit}, nil, nil)
+	rr := c.ExecPrepared(ctx, stmt, args, nil, nil)
 	for rr.NextRow() {
 		v := rr.Values()
 		if n > 0 {
