@@ -37,7 +37,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -247,15 +246,8 @@ func drain(ctx context.Context, db *scratch.DB, clients, slots, batch int, useSl
 		}
 	}()
 	for i := range conns {
-		cfg, err := pgconn.ParseConfig(db.URL)
-		if err != nil {
-			return 0, 0, err
-		}
-		maps.Copy(cfg.RuntimeParams, floor.Settings)
-		if conns[i], err = pgconn.ConnectConfig(ctx, cfg); err != nil {
-			return 0, 0, err
-		}
-		if err := floor.Prepare(ctx, conns[i]); err != nil {
+		var err error
+		if conns[i], err = floor.Connect(ctx, db.URL); err != nil {
 			return 0, 0, err
 		}
 		if _, err := conns[i].Prepare(ctx, "slot_claim", slotClaimSQL, nil); err != nil {

@@ -102,6 +102,25 @@ func Prepare(ctx context.Context, c *pgconn.PgConn) error {
 	return nil
 }
 
+// Connect opens a connection to url under Settings, with the floor's two
+// statements prepared on it.
+func Connect(ctx context.Context, url string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(cfg.RuntimeParams, Settings)
+	c, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := Prepare(ctx, c); err != nil {
+		c.Close(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
 // Claim runs the floor's claim of up to limit rows for worker on c
 // (prepared by Prepare) and decodes nothing: it writes the claimed ids to
 // ids as an array literal and the claim's token to token, and returns how
@@ -189,19 +208,11 @@ func Run(ctx context.Context, db *scratch.DB, clients, batchSize int) (Result, e
 		}
 	}()
 	for i := range conns {
-		cfg, err := pgconn.ParseConfig(db.URL)
-		if err != nil {
-			return Result{}, err
-		}
-		maps.Copy(cfg.RuntimeParams, Settings)
-		c, err := pgconn.ConnectConfig(ctx, cfg)
+		c, err := Connect(ctx, db.URL)
 		if err != nil {
 			return Result{}, err
 		}
 		conns[i] = c
-		if err := Prepare(ctx, c); err != nil {
-			return Result{}, err
-		}
 	}
 	type tally struct {
 		messages, batches int
