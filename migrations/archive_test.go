@@ -133,7 +133,9 @@ func TestArchiveMigrationDownAndUpKeepsEveryRow(t *testing.T) {
 		}
 		return k
 	}
-	if _, err := m.Down(ctx); err != nil {
+	// Down to before the partitioning (00014), through the key's change
+	// (00015).
+	if _, err := m.DownTo(ctx, 13); err != nil {
 		t.Fatalf("down: %v", err)
 	}
 	if k := kind(); k != "r" {
@@ -449,5 +451,107 @@ func TestPurgeLeavesADayItCannotLockToTheNextPass(t *testing.T) {
 	}
 	if err := dispatcher.QueryRow(ctx, `SELECT * FROM outbox.purge('2 days', NULL, 1000)`).Scan(&purged, &dedupe, &keys); err != nil || purged != 1 {
 		t.Fatalf("the next pass: purged %d (%v), want the day's row", purged, err)
+	}
+}
+
+// archiveKeys is the primary key of the archive and of each of its
+// partitions, and the archive's indexes by message, as text.
+func archiveKeys(t *testing.T, conn *pgx.Conn) (keys []string, byMessage bool) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := conn.Query(ctx, `SELECT DISTINCT pg_get_constraintdef(c.oid) FROM pg_constraint c
+		WHERE c.contype = 'p' AND (c.conrelid = 'outbox.attempts'::regclass
+		   OR c.conrelid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'outbox.attempts'::regclass))`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('outbox.attempts_by_message') IS NOT NULL`).Scan(&byMessage); err != nil {
+		t.Fatal(err)
+	}
+	return keys, byMessage
+}
+
+// 00015: the archive's key leads with the message, which is how every
+// reader finds its rows, and the index by message it replaces goes.
+func TestArchiveKeyLeadsWithTheMessageAndMigratesBothWays(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	m, err := migrations.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Connect(t, url)
+	if keys, byMessage := archiveKeys(t, conn); strings.Join(keys, ";") != "PRIMARY KEY (message_id, id)" || byMessage {
+		t.Fatalf("archive keys %v, attempts_by_message kept: %v; want every partition keyed (message_id, id) and no index by message beside it", keys, byMessage)
+	}
+
+	// Rows in a day's partition and in DEFAULT, one message with three
+	// attempts, all before the key changes back and forth.
+	history := newID(t, conn, "now()")
+	for _, state := range []string{"RETRYABLE", "RETRYABLE", "DISPATCHED"} {
+		archiveRow(t, conn, history, state, "now()", "k-history")
+	}
+	archiveRow(t, conn, newID(t, conn, "now() - interval '100 days'"), "DISPATCHED", "now() - interval '99 days'", nil)
+	archiveRow(t, conn, "6a1b2c3d-4e5f-4a6b-8c7d-8e9fa0b1c2d3", "FAILED", "now()", nil)
+	before := archiveRows(t, conn)
+
+	// A message's history is read through the key, in attempt order.
+	var plan string
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN (COSTS OFF) SELECT id FROM outbox.attempts WHERE message_id = $1 ORDER BY id`, history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback(ctx)
+	plan = strings.Join(lines, "\n")
+	if !strings.Contains(plan, "_pkey") {
+		t.Fatalf("a message's history is not read through the archive's key:\n%s", plan)
+	}
+
+	if _, err := m.DownTo(ctx, 14); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	if keys, byMessage := archiveKeys(t, conn); strings.Join(keys, ";") != "PRIMARY KEY (id, message_id)" || !byMessage {
+		t.Fatalf("after down: archive keys %v, attempts_by_message: %v; want (id, message_id) and the index by message", keys, byMessage)
+	}
+	if after := archiveRows(t, conn); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("down changed the archive:\n%s\nwant\n%s", strings.Join(after, "\n"), strings.Join(before, "\n"))
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if keys, byMessage := archiveKeys(t, conn); strings.Join(keys, ";") != "PRIMARY KEY (message_id, id)" || byMessage {
+		t.Fatalf("after up again: archive keys %v, attempts_by_message: %v", keys, byMessage)
+	}
+	if after := archiveRows(t, conn); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("up changed the archive:\n%s\nwant\n%s", strings.Join(after, "\n"), strings.Join(before, "\n"))
+	}
+	// The archive's guarantees hold on the new key: one delivery a
+	// message, and nothing updated or deleted.
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox.attempts (message_id, attempt_no, state, namespace, topic)
+		VALUES ($1, 4, 'DISPATCHED', 'billing', 'usage')`, history); sqlstate(err) != "23505" {
+		t.Fatalf("a second delivery of %s: %v, want the unique violation", history, err)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM outbox.attempts WHERE message_id = $1`, history); sqlstate(err) != "P0001" {
+		t.Fatalf("delete after up: %v, want the append-only refusal", err)
 	}
 }
