@@ -55,9 +55,10 @@ RETURNING p.id, p.namespace, p.topic, p.tenant_id, p.dedupe_key, p.ordering_key,
 
 // CompleteSQL is complete_batch's DISPATCHED path: delete each row still
 // leased to this worker under the claim's token and not expired, and append
-// its attempt, as complete_batch's archive statement does (a second
-// DISPATCHED of one message is not archived: ON CONFLICT on
-// attempts_one_dispatched_per_message). Ids come as one array, as the Go
+// its attempt, as complete_batch's archive statement does: a plain INSERT,
+// which attempts_one_dispatched_per_message refuses for a second DISPATCHED
+// of one message (complete_batch then records the batch by its general
+// statement, with ON CONFLICT; the floor's workload never has one). Ids come as one array, as the Go
 // store sends complete_batch its results, matched with = ANY so that the
 // primary key drives the delete: a join with unnest() of the array is
 // planned from statistics gathered while nothing was leased (claimed_by all
@@ -80,8 +81,7 @@ INSERT INTO outbox.attempts (message_id, attempt_no, state, worker_id, namespace
                              dedupe_key, ordering_key, sequence_id, target, latency_ms)
 SELECT x.id, x.attempt_count, 'DISPATCHED', $1, x.namespace, x.topic, x.tenant_id,
        x.dedupe_key, x.ordering_key, x.sequence_id, 'floor', 0
-FROM removed x
-ON CONFLICT (message_id) WHERE state = 'DISPATCHED' DO NOTHING`
+FROM removed x`
 
 // Settings are the session settings the floor's statements run under, as
 // claim_batch's and complete_batch's run under their functions' SET
