@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxkit/dispatcher/migrations"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
 )
 
@@ -102,17 +101,8 @@ func archiveRows(t *testing.T, conn *pgx.Conn) []string {
 
 func TestArchiveMigrationDownAndUpKeepsEveryRow(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewEmpty(t)
 	ctx := context.Background()
-	m, err := migrations.Open(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn := pgtest.Connect(t, url)
+	m, conn := migratedEmpty(t)
 	// Messages of today, of three days ago (no partition yet: DEFAULT),
 	// of 100 days ago and one whose id is no v7.
 	for _, r := range []struct{ id, state, at string }{
@@ -479,17 +469,8 @@ func archiveKeys(t *testing.T, conn *pgx.Conn) (keys []string, byMessage bool) {
 // reader finds its rows, and the index by message it replaces goes.
 func TestArchiveKeyLeadsWithTheMessageAndMigratesBothWays(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewEmpty(t)
 	ctx := context.Background()
-	m, err := migrations.Open(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn := pgtest.Connect(t, url)
+	m, conn := migratedEmpty(t)
 	if keys, byMessage := archiveKeys(t, conn); strings.Join(keys, ";") != "PRIMARY KEY (message_id, id)" || byMessage {
 		t.Fatalf("archive keys %v, attempts_by_message kept: %v; want every partition keyed (message_id, id) and no index by message beside it", keys, byMessage)
 	}

@@ -25,6 +25,22 @@ const outboxTables = 16
 // today and the three days after it.
 const archivePartitions = 1 + 4
 
+// migratedEmpty is a new database with every migration applied: its
+// migrator, closed with the test, and a connection to it.
+func migratedEmpty(t *testing.T) (*migrations.Migrator, *pgx.Conn) {
+	t.Helper()
+	url := pgtest.NewEmpty(t)
+	m, err := migrations.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if _, err := m.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return m, pgtest.Connect(t, url)
+}
+
 func TestUpTwiceIsANoOpAndDownRemovesEverything(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmpty(t)
@@ -159,17 +175,8 @@ func TestConcurrentMigratorsSerialise(t *testing.T) {
 // longer creates, is dropped with the next change.
 func TestFunctionFilesApplyWhenChangedOrMissing(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewEmpty(t)
 	ctx := context.Background()
-	m, err := migrations.Open(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn := pgtest.Connect(t, url)
+	m, conn := migratedEmpty(t)
 	for _, stmt := range []string{
 		// stats.sql as if it had changed since it was applied
 		`UPDATE outbox.function_sources SET sha256 = 'changed' WHERE file = 'functions/stats.sql'`,
