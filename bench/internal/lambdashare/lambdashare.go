@@ -21,6 +21,7 @@ import (
 	"github.com/outboxkit/dispatcher/bench/internal/outboxrun"
 	"github.com/outboxkit/dispatcher/bench/internal/scratch"
 	"github.com/outboxkit/dispatcher/bench/internal/workload"
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
 )
@@ -231,7 +232,11 @@ func (r Result) Markdown() string {
 	p("| run | msgs/s | µs CPU per message (bootstrap) | throttled periods | × %d workers | R |\n|---|---|---|---|---|---|\n", r.Template.DispatchMaxWorkers)
 	p("| floor, %d clients, batch %d | %.0f | | | | |\n", FloorClients, r.Floor.BatchSize, r.Floor.Rate())
 	for _, d := range []deploybench.DrainResult{r.EventBridge, r.Webhook} {
-		p("| one invocation → %s (answers at once) | %.0f | %.1f | %d of %d | %.0f | **%.2f** |\n", d.Target, d.Rate(),
+		cut := ""
+		if d.StoppedBy == dispatch.StoppedDeadline {
+			cut = fmt.Sprintf("; %s of %s delivered when the function's timeout stopped it", thousands(d.Delivered), thousands(r.Options.Backlog))
+		}
+		p("| one invocation → %s (answers at once%s) | %.0f | %.1f | %d of %d | %.0f | **%.2f** |\n", d.Target, cut, d.Rate(),
 			float64(d.CPUPerMessage().Nanoseconds())/1e3, d.Throttled.ThrottledPeriods, d.Throttled.Periods,
 			d.Rate()*float64(r.Template.DispatchMaxWorkers), r.Ratio(d))
 	}

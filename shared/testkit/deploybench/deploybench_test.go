@@ -1,14 +1,17 @@
 package deploybench_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/outboxkit/dispatcher/shared/dispatch"
 	"github.com/outboxkit/dispatcher/shared/testkit/deploybench"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdaemu"
 	"github.com/outboxkit/dispatcher/shared/testkit/lambdatest"
 	"github.com/outboxkit/dispatcher/shared/testkit/pgtest"
+	"github.com/outboxkit/dispatcher/shared/testkit/workload"
 )
 
 // TestSmallRunDeliversEverything runs the driver briefly and checks what
@@ -126,6 +129,38 @@ func TestInvocationDrainAtTheShare(t *testing.T) {
 	}
 	if res.CPUShare.Enabled != (res.CPUShare.Reason == "") {
 		t.Errorf("the share status is inconsistent: %+v", res.CPUShare)
+	}
+	t.Log(res)
+}
+
+// TestInvocationDrainCutShortByItsTimeout is a drain the function's
+// timeout ends before the backlog does, as on a machine slower than the
+// benchmark's sizing assumed: it reports the rate of what was delivered
+// and why it stopped, instead of failing the benchmark.
+func TestInvocationDrainCutShortByItsTimeout(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	// One call at a time, 100 ms each: 10 msgs/s, so 1,200 messages
+	// outlast a timeout of 5 s by far on any machine.
+	target, err := workload.StartTarget(100 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	routes := fmt.Sprintf(`{"routes":[{"match":{"namespace":"*","topic":"*"},"target":{"type":"http","url":%q,"signing_secret_env":"TARGET_SIGNING_SECRET","concurrency":1}}]}`, target.URL)
+	res, err := deploybench.InvocationDrain(t.Context(), deploybench.DrainConfig{
+		DatabaseURL: db.URL, DispatchBinary: lambdatest.Build(t, "dispatch"), Backlog: 1200, Timeout: 5 * time.Second,
+		FunctionEnv: []string{"OUTBOX_SAFETY_MARGIN=2s"},
+		Custom:      &deploybench.CustomTarget{Name: "slow webhook", Env: []string{"OUTBOX_ROUTES=" + routes, "TARGET_SIGNING_SECRET=" + target.Secret}, Received: target.Received},
+	})
+	if err != nil {
+		t.Fatalf("a drain cut short by its timeout failed the benchmark: %v", err)
+	}
+	if res.StoppedBy != dispatch.StoppedDeadline || res.Delivered == 0 || res.Delivered >= 1200 || res.Rate() <= 0 {
+		t.Errorf("drain: %+v, want stopped by the deadline with some of the 1,200 delivered", res)
+	}
+	if !strings.Contains(res.String(), "stopped by the function's timeout") {
+		t.Errorf("the report does not say the timeout stopped it: %s", res)
 	}
 	t.Log(res)
 }
