@@ -3,6 +3,9 @@ package eventbridge_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awseb "github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
@@ -124,4 +128,82 @@ func BenchmarkPutEventsCall(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPutEventsWithoutTheStack measures what the SDK's middleware
+// stack costs a PutEvents call, as a proposal, not a path the publisher
+// takes: "client" is the call through the client the publishers build
+// (eventbridge.NewClient: this package's body, the SDK's stack); "signed" is the same
+// request — the same body, its SHA-256, SigV4 by the SDK's signer with
+// cached credentials — sent by hand and its answer decoded with
+// encoding/json, without the stack's endpoint and auth resolution,
+// retryer, clock-skew record, user agent and request id. Both go to a
+// transport that answers at once, so each figure is the client's work
+// alone.
+//
+//	go test -run '^$' -bench PutEventsWithoutTheStack -benchmem ./shared/publish/eventbridge
+func BenchmarkPutEventsWithoutTheStack(b *testing.B) {
+	answer := `{"Entries":[` + strings.Repeat(`{"EventId":"11111111-2222-3333-4444-555555555555"},`, 9) +
+		`{"EventId":"11111111-2222-3333-4444-555555555555"}],"FailedEntryCount":0}`
+	transport := cannedAnswer{[]byte(answer)}
+	const region, endpoint = "eu-west-1", "http://127.0.0.1:1/"
+	cfg := aws.Config{Region: region, Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")),
+		HTTPClient: transport, BaseEndpoint: aws.String(endpoint)}
+	detail := `{"tenant_id":"tenant-42","tokens":1200,"pad":"` + strings.Repeat("x", 460) + `"}`
+	at := time.Now()
+	entries := make([]ebtypes.PutEventsRequestEntry, eventbridge.MaxEntriesPerCall)
+	for i := range entries {
+		entries[i] = ebtypes.PutEventsRequestEntry{Source: aws.String("outbox.billing"), DetailType: aws.String("usage"),
+			Detail: aws.String(detail), EventBusName: aws.String("default"), Time: &at}
+	}
+	input := &awseb.PutEventsInput{Entries: entries}
+
+	b.Run("client", func(b *testing.B) {
+		client := eventbridge.NewClient(cfg)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := client.PutEvents(context.Background(), input); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("signed", func(b *testing.B) {
+		signer := v4.NewSigner()
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx := context.Background()
+			body := eventbridge.AppendPutEventsRequest(nil, input)
+			sum := sha256.Sum256(body)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Header.Set("X-Amz-Target", eventbridge.PutEventsTarget)
+			req.Header.Set("Content-Type", eventbridge.JSONContentType)
+			creds, err := cfg.Credentials.Retrieve(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "events", region, time.Now()); err != nil {
+				b.Fatal(err)
+			}
+			resp, err := transport.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out struct {
+				Entries []struct {
+					EventID      *string `json:"EventId"`
+					ErrorCode    *string
+					ErrorMessage *string
+				}
+				FailedEntryCount int32
+			}
+			err = json.NewDecoder(resp.Body).Decode(&out)
+			resp.Body.Close()
+			if err != nil || len(out.Entries) != eventbridge.MaxEntriesPerCall {
+				b.Fatalf("answer: %+v, %v", out, err)
+			}
+		}
+	})
 }
