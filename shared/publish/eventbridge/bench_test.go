@@ -97,17 +97,13 @@ func (c cannedAnswer) Do(r *http.Request) (*http.Response, error) {
 		Body: io.NopCloser(bytes.NewReader(c.body)), ContentLength: int64(len(c.body)), Request: r}, nil
 }
 
-// BenchmarkPutEventsCall is one PutEvents call of ten entries of about 512
-// bytes through the SDK's client — serializing, signing, the payload hash,
-// the middleware, reading the answer — with the SDK's JSON codec and with
-// this package's (NewClient), to a transport that answers at once.
-//
-//	go test -run '^$' -bench PutEventsCall -benchmem ./shared/publish/eventbridge
-func BenchmarkPutEventsCall(b *testing.B) {
-	answer := `{"Entries":[` + strings.Repeat(`{"EventId":"11111111-2222-3333-4444-555555555555"},`, 9) +
-		`{"EventId":"11111111-2222-3333-4444-555555555555"}],"FailedEntryCount":0}`
-	cfg := aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
-		HTTPClient: cannedAnswer{[]byte(answer)}, BaseEndpoint: aws.String("http://127.0.0.1:1")}
+// tenAcceptedAnswer is EventBridge's answer to a call of ten entries, all
+// accepted.
+var tenAcceptedAnswer = []byte(`{"Entries":[` + strings.Repeat(`{"EventId":"11111111-2222-3333-4444-555555555555"},`, 9) +
+	`{"EventId":"11111111-2222-3333-4444-555555555555"}],"FailedEntryCount":0}`)
+
+// tenEntries is one PutEvents call's worth of 512-byte entries.
+func tenEntries() []ebtypes.PutEventsRequestEntry {
 	detail := `{"tenant_id":"tenant-42","tokens":1200,"pad":"` + strings.Repeat("x", 460) + `"}`
 	at := time.Now()
 	entries := make([]ebtypes.PutEventsRequestEntry, eventbridge.MaxEntriesPerCall)
@@ -115,6 +111,19 @@ func BenchmarkPutEventsCall(b *testing.B) {
 		entries[i] = ebtypes.PutEventsRequestEntry{Source: aws.String("outbox.billing"), DetailType: aws.String("usage"),
 			Detail: aws.String(detail), EventBusName: aws.String("default"), Time: &at}
 	}
+	return entries
+}
+
+// BenchmarkPutEventsCall is one PutEvents call of ten entries of about 512
+// bytes through the SDK's client — serializing, signing, the payload hash,
+// the middleware, reading the answer — with the SDK's JSON codec and with
+// this package's (NewClient), to a transport that answers at once.
+//
+//	go test -run '^$' -bench PutEventsCall -benchmem ./shared/publish/eventbridge
+func BenchmarkPutEventsCall(b *testing.B) {
+	cfg := aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
+		HTTPClient: cannedAnswer{tenAcceptedAnswer}, BaseEndpoint: aws.String("http://127.0.0.1:1")}
+	entries := tenEntries()
 	for _, c := range []struct {
 		name   string
 		client *awseb.Client
@@ -143,20 +152,11 @@ func BenchmarkPutEventsCall(b *testing.B) {
 //
 //	go test -run '^$' -bench PutEventsWithoutTheStack -benchmem ./shared/publish/eventbridge
 func BenchmarkPutEventsWithoutTheStack(b *testing.B) {
-	answer := `{"Entries":[` + strings.Repeat(`{"EventId":"11111111-2222-3333-4444-555555555555"},`, 9) +
-		`{"EventId":"11111111-2222-3333-4444-555555555555"}],"FailedEntryCount":0}`
-	transport := cannedAnswer{[]byte(answer)}
+	transport := cannedAnswer{tenAcceptedAnswer}
 	const region, endpoint = "eu-west-1", "http://127.0.0.1:1/"
 	cfg := aws.Config{Region: region, Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")),
 		HTTPClient: transport, BaseEndpoint: aws.String(endpoint)}
-	detail := `{"tenant_id":"tenant-42","tokens":1200,"pad":"` + strings.Repeat("x", 460) + `"}`
-	at := time.Now()
-	entries := make([]ebtypes.PutEventsRequestEntry, eventbridge.MaxEntriesPerCall)
-	for i := range entries {
-		entries[i] = ebtypes.PutEventsRequestEntry{Source: aws.String("outbox.billing"), DetailType: aws.String("usage"),
-			Detail: aws.String(detail), EventBusName: aws.String("default"), Time: &at}
-	}
-	input := &awseb.PutEventsInput{Entries: entries}
+	input := &awseb.PutEventsInput{Entries: tenEntries()}
 
 	b.Run("client", func(b *testing.B) {
 		client := eventbridge.NewClient(cfg)
