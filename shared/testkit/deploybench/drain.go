@@ -204,7 +204,7 @@ func InvocationDrain(ctx context.Context, cfg DrainConfig) (DrainResult, error) 
 	// A drain the function's timeout cut short (a slow machine) still
 	// measured a steady rate, provided the target received everything the
 	// invocation reports delivered (and perhaps a call or two it cut off
-	// at the deadline, to be retried): fewer lost messages.
+	// at the deadline, to be retried): fewer would mean messages lost.
 	cutShort := answer.StoppedBy == dispatch.StoppedDeadline && answer.Delivered > 0 && res.Delivered >= answer.Delivered
 	if res.Delivered < cfg.Backlog && !cutShort {
 		return res, fmt.Errorf("deploybench: one invocation delivered %d of %d messages (answer %s)", res.Delivered, cfg.Backlog, inv.Response)
