@@ -156,11 +156,16 @@ func collectViolations(e *jsonschema.ValidationError, out []Violation, redact bo
 	return append(out, Violation{Pointer(e.InstanceLocation), cmp.Or(fragment+Pointer(e.ErrorKind.KeywordPath()), "/"), msg})
 }
 
+// pointerEscapes escapes a JSON Pointer's reference token. A Replacer
+// builds its lookup at its first use: one for the process, not one a token.
+var pointerEscapes = strings.NewReplacer("~", "~0", "/", "~1")
+
 // Pointer renders tokens as a JSON Pointer (RFC 6901).
 func Pointer(tokens []string) string {
 	var b strings.Builder
 	for _, t := range tokens {
-		b.WriteString("/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+		b.WriteByte('/')
+		b.WriteString(pointerEscapes.Replace(t))
 	}
 	return b.String()
 }
