@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxkit/dispatcher/shared/outbox"
 )
@@ -174,11 +175,23 @@ func TestEveryFieldIsDescribed(t *testing.T) {
 	}
 }
 
-// Route names and match patterns follow the producer's rule on names.
+// Route names and match patterns follow the producer's rule on names: the
+// schema writes the length as maxLength (a pattern's {0,127} compiles to
+// 128 copies of its class), and takes exactly what outbox.NamePattern takes.
 func TestSchemaNameRuleIsOutboxs(t *testing.T) {
 	t.Parallel()
-	if got, want := schemaNode("/$defs/name")["pattern"], outbox.NamePattern.String(); got != want {
-		t.Errorf("the schema's name pattern is %q, outbox.NamePattern %q", got, want)
+	rule := schemaNode("/$defs/name")
+	pattern := regexp.MustCompile(rule["pattern"].(string))
+	maxLength, err := strconv.Atoi(fmt.Sprint(rule["maxLength"]))
+	if err != nil {
+		t.Fatalf("the schema's name has no maxLength: %v", err)
+	}
+	for _, name := range []string{"", "a", "billing", "Billing.v2", "a:b/c.d_e-f", "0", "-a", ".a", "a b", "a*", "é", "aé",
+		strings.Repeat("a", 127), strings.Repeat("a", 128), strings.Repeat("a", 129), "a" + strings.Repeat("-", 127), "a\n"} {
+		schema := pattern.MatchString(name) && utf8.RuneCountInString(name) <= maxLength
+		if want := outbox.NamePattern.MatchString(name); schema != want {
+			t.Errorf("name %q: the schema takes it: %t, outbox.NamePattern: %t", name, schema, want)
+		}
 	}
 }
 
@@ -524,4 +537,17 @@ func payloadBranches(t testing.TB) []payloadBranch {
 		t.Fatalf("the schema has payload limits for %d target types, want %d", len(out), len(targetTypes()))
 	}
 	return out
+}
+
+// BenchmarkCompileRoutesSchema is what the first Parse of a process pays
+// before it checks anything: compiling routes.schema.json (checked against
+// its metaschema) and reading its property order and messages. A function
+// pays it once, in its cold start.
+//
+//	go test -run '^$' -bench CompileRoutesSchema -benchmem ./shared/route
+func BenchmarkCompileRoutesSchema(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		compileRoutesSchema()
+	}
 }
