@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // The W3C Trace Context headers (https://www.w3.org/TR/trace-context/) a
@@ -20,10 +21,20 @@ const (
 // here rather than taken from go.opentelemetry.io/otel; a test of the
 // dispatcher's module holds them to otel's own parsers. The database
 // refuses the same (migrations/functions/trace_context_problem.sql).
+//
+// The tracestate rules are compiled at the first tracestate, not when the
+// program starts: a bounded repeat compiles to as many copies of its class,
+// which made these two the costliest expressions of every process's start
+// (the producer's and each function's cold start), while most messages
+// carry no tracestate.
 var (
 	traceParentPattern = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-0[0-3]$`)
-	traceStateKey      = regexp.MustCompile(`^(?:[a-z][a-z0-9_*/-]{0,255}|[a-z0-9][a-z0-9_*/-]{0,240}@[a-z][a-z0-9_*/-]{0,13})$`)
-	traceStateValue    = regexp.MustCompile(`^[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$`)
+	traceStateKey      = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^(?:[a-z][a-z0-9_*/-]{0,255}|[a-z0-9][a-z0-9_*/-]{0,240}@[a-z][a-z0-9_*/-]{0,13})$`)
+	})
+	traceStateValue = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$`)
+	})
 )
 
 // Limits the specification sets on tracestate.
@@ -85,9 +96,9 @@ func traceStateProblem(v string) string {
 		key, value, ok := strings.Cut(member, "=")
 		key, value = strings.TrimLeft(key, " "), strings.TrimRight(value, " ")
 		switch {
-		case !ok || !traceStateKey.MatchString(key):
+		case !ok || !traceStateKey().MatchString(key):
 			return fmt.Sprintf("tracestate member %q is not key=value with a lowercase key", abbreviate(member))
-		case !traceStateValue.MatchString(value):
+		case !traceStateValue().MatchString(value):
 			return fmt.Sprintf("tracestate member %q has a value that is empty, ends in a space or holds a comma or an equals sign", abbreviate(member))
 		case seen[key]:
 			return fmt.Sprintf("tracestate has the key %q twice", key)
