@@ -40,6 +40,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Querier runs a query: a pgx.Tx (the caller's transaction, above all), a
@@ -231,19 +232,20 @@ func (c *optionalColumn[T]) arg() []*T {
 
 func collect(rows pgx.Rows, want int) ([]Enqueued, error) {
 	out := make([]Enqueued, 0, want)
+	// Each row is scanned in place, the id as the 16 bytes it is and the
+	// sequence into a pgtype.Int8 declared once: as a uuid.UUID (a
+	// sql.Scanner) pgx formatted every id as text for uuid.Parse to read
+	// back, and into a *int64 it allocated each sequence, five heap
+	// objects a message of a batch's result.
+	var seq pgtype.Int8
 	for rows.Next() {
-		var (
-			e   Enqueued
-			seq *int64
-		)
-		if err := rows.Scan(&e.ID, &seq, &e.Inserted); err != nil {
+		out = append(out, Enqueued{})
+		e := &out[len(out)-1]
+		if err := rows.Scan((*[16]byte)(&e.ID), &seq, &e.Inserted); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("outbox: read enqueue result: %w", err)
 		}
-		if seq != nil {
-			e.SequenceID = *seq
-		}
-		out = append(out, e)
+		e.SequenceID = seq.Int64 // 0 when NULL: no ordering key
 	}
 	if err := rows.Err(); err != nil {
 		return nil, enqueueError("enqueue", err)

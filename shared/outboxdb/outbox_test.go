@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -174,6 +176,56 @@ func TestEnqueueBatchIsOneRoundTripInOrder(t *testing.T) {
 	}
 	if n := count(t, db.Pool, "SELECT count(*) FROM outbox.pending"); n != 251 {
 		t.Fatalf("pending has %d rows, want 251", n)
+	}
+}
+
+// EnqueueBatch's results are the rows' own under every way pgx can run
+// the statement: the simple protocol, which a transaction pooler forces,
+// returns them as text, the others in binary. Each result's id is the
+// pending row's, its sequence the row's (0 without an ordering key), and a
+// dedupe hit returns the first id, not inserted.
+func TestEnqueueBatchResultsUnderEveryExecMode(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewWithConfig(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = mode })
+			ctx := context.Background()
+			batch := []outbox.Message{msg("a"), msg("b"), msg("a"), msg("c")}
+			batch[1].OrderingKey, batch[3].OrderingKey = "user-1", "user-1"
+			results, err := outbox.EnqueueBatch(ctx, db.Pool, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(results) != len(batch) {
+				t.Fatalf("%d results for %d messages", len(results), len(batch))
+			}
+			for i, r := range results {
+				var seq *int64
+				err := db.Pool.QueryRow(ctx, "SELECT sequence_id FROM outbox.pending WHERE id = $1", r.ID).Scan(&seq)
+				if err != nil {
+					t.Fatalf("result %d: id %s is not a pending row's: %v", i, r.ID, err)
+				}
+				if want := int64(0); seq != nil {
+					want = *seq
+					if r.SequenceID != want {
+						t.Errorf("result %d: sequence %d, the row's %d", i, r.SequenceID, want)
+					}
+				} else if r.SequenceID != 0 {
+					t.Errorf("result %d: sequence %d for a row without one", i, r.SequenceID)
+				}
+			}
+			if !results[0].Inserted || results[2].Inserted || results[2].ID != results[0].ID {
+				t.Errorf("the dedupe hit: %+v for %+v", results[2], results[0])
+			}
+			if results[1].SequenceID == 0 || results[3].SequenceID <= results[1].SequenceID {
+				t.Errorf("ordered sequences %d then %d", results[1].SequenceID, results[3].SequenceID)
+			}
+			if results[0].ID == uuid.Nil || results[0].ID == results[1].ID {
+				t.Errorf("ids %s and %s", results[0].ID, results[1].ID)
+			}
+		})
 	}
 }
 
