@@ -78,6 +78,15 @@ func (r Report) ClaimsPerSecond() float64 {
 	return float64(r.ClaimCalls) / r.Elapsed.Seconds()
 }
 
+// LatencyWindows is the offered load's latency by when it was committed,
+// in about twelve spans of whole seconds over the producers' run: where a
+// tail came from (the first invocation's cold start, a stall), which the
+// run's percentiles cannot say.
+func (r Report) LatencyWindows() (time.Duration, []workload.Window) {
+	width := max((r.Config.Duration / 12).Round(time.Second), time.Second)
+	return width, r.Measurement.Windows(width)
+}
+
 // Print writes the report for a reader.
 func (r Report) Print(w io.Writer) {
 	c, m, d := r.Config, r.Measurement, r.Dispatch
@@ -117,6 +126,9 @@ func (r Report) Print(w io.Writer) {
 	tick := c.tick()
 	p("", "within 100ms %.1f%%, 1s %.1f%%, one tick (%s) %.1f%%, two ticks %.1f%%",
 		100*m.ShareWithin(100*time.Millisecond), 100*m.ShareWithin(time.Second), tick, 100*m.ShareWithin(tick), 100*m.ShareWithin(2*tick))
+	if width, windows := r.LatencyWindows(); len(windows) > 1 {
+		p("", "p99 by %s of commits: %s", width, workload.P99s(windows))
+	}
 	p("invocations", "%d: %s; cold starts %d, environments started %d, max concurrency %d",
 		d.Invocations, outcomes(d), d.ColdStarts, d.EnvironmentsStarted, d.MaxConcurrency)
 	p("", "throttles %d sync / %d async, dropped events %d, retries %d, GB-seconds %.2f (billed %s)",

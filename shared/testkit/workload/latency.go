@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -68,6 +69,43 @@ type Measurement struct {
 	// delivery beat the producer's clock reading after COMMIT); their
 	// latency counts as zero.
 	EarlyReceipts int
+
+	// byCommit is every received message's latency and when it was
+	// committed, from FirstCommit, for Windows.
+	byCommit []committedSample
+}
+
+type committedSample struct{ at, latency time.Duration }
+
+// Window is the latency of the messages committed in one span of a run.
+type Window struct {
+	// From is the span's start, from the first commit; the span is the
+	// width Windows was given.
+	From    time.Duration
+	Latency Summary
+}
+
+// Windows groups the received messages by when they were committed, in
+// spans of width from the first commit, each with its latency: where in
+// the run a tail came from (a cold start's backlog, a stall), which the
+// whole run's percentiles cannot say. A span without commits has N 0.
+func (m Measurement) Windows(width time.Duration) []Window {
+	if width <= 0 || len(m.byCommit) == 0 {
+		return nil
+	}
+	var spans [][]time.Duration
+	for _, s := range m.byCommit {
+		i := int(s.at / width)
+		for len(spans) <= i {
+			spans = append(spans, nil)
+		}
+		spans[i] = append(spans[i], s.latency)
+	}
+	out := make([]Window, len(spans))
+	for i, latencies := range spans {
+		out[i] = Window{From: time.Duration(i) * width, Latency: Summarise(latencies)}
+	}
+	return out
 }
 
 // Receiver is a target that records each message's first arrival:
@@ -106,12 +144,31 @@ func Measure(l *Ledger, t Receiver) Measurement {
 			m.Unexpected++
 		}
 	}
+	m.byCommit = make([]committedSample, 0, m.Received)
+	for id, committed := range commits {
+		if received, ok := receipts[id]; ok {
+			m.byCommit = append(m.byCommit, committedSample{at: committed.Sub(m.FirstCommit), latency: max(received.Sub(committed), 0)})
+		}
+	}
 	slices.Sort(m.Latencies)
 	m.Latency = Summarise(m.Latencies)
 	if span := m.LastReceipt.Sub(m.FirstCommit); m.Received > 0 && span > 0 {
 		m.Throughput = float64(m.Received) / span.Seconds()
 	}
 	return m
+}
+
+// P99s lists windows' p99s in order, "-" for a window without messages:
+// one line that shows when in a run its tail was.
+func P99s(windows []Window) string {
+	parts := make([]string, len(windows))
+	for i, w := range windows {
+		parts[i] = "-"
+		if w.Latency.N > 0 {
+			parts[i] = round(w.Latency.P99).String()
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // ShareWithin is the share of received messages whose latency was at most d.
