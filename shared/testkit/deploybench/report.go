@@ -129,8 +129,8 @@ func (r Report) Print(w io.Writer) {
 	if width, windows := r.LatencyWindows(); len(windows) > 1 {
 		p("", "p99 by %s of commits: %s", width, workload.P99s(windows))
 	}
-	p("invocations", "%d: %s; cold starts %d, environments started %d, max concurrency %d",
-		d.Invocations, outcomes(d), d.ColdStarts, d.EnvironmentsStarted, d.MaxConcurrency)
+	p("invocations", "%d: %s; cold starts %d (the slowest %s), environments started %d, max concurrency %d",
+		d.Invocations, outcomes(d), d.ColdStarts, d.MaxInitDuration.Round(time.Millisecond), d.EnvironmentsStarted, d.MaxConcurrency)
 	p("", "throttles %d sync / %d async, dropped events %d, retries %d, GB-seconds %.2f (billed %s)",
 		d.SyncThrottles, d.AsyncThrottles, sum(d.Dropped), d.AsyncRetries, d.GBSeconds, d.BilledDuration.Round(time.Millisecond))
 	p("answers", "%d batches, %d claimed, %d delivered, %d retried, %d dead; stopped by %s",

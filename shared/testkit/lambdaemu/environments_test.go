@@ -30,6 +30,8 @@ func TestWarmEnvironmentIsReused(t *testing.T) {
 	}
 	if s := stats(t, e, "probe"); s.ColdStarts != 1 || s.EnvironmentsStarted != 1 || s.Count(lambdaemu.RequestResponse, lambdaemu.OutcomeSucceeded) != 2 {
 		t.Errorf("stats: %+v", s)
+	} else if s.MaxInitDuration != first.InitDuration || s.MaxInitDuration <= 0 {
+		t.Errorf("the slowest cold start %s, the one cold start's init %s", s.MaxInitDuration, first.InitDuration)
 	}
 }
 

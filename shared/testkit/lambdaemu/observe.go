@@ -148,6 +148,9 @@ type Stats struct {
 	// MaxConcurrency is the most invocations in flight at once;
 	// MaxEnvironments the most live environments.
 	MaxConcurrency, MaxEnvironments int
+	// MaxInitDuration is the slowest cold start: process start to the
+	// first poll of the Runtime API (at the CPU share, when capped).
+	MaxInitDuration time.Duration
 	// SyncThrottles are RequestResponse calls answered 429;
 	// AsyncThrottles are attempts to run a queued event refused for want
 	// of capacity (each retried after a backoff).
@@ -201,6 +204,7 @@ func (o *observations) invocation(inv Invocation) {
 	s.Invocations++
 	if inv.ColdStart {
 		s.ColdStarts++
+		s.MaxInitDuration = max(s.MaxInitDuration, inv.InitDuration)
 	}
 	if inv.Attempt > 1 {
 		s.AsyncRetries++
