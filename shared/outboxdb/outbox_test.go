@@ -207,13 +207,12 @@ func TestEnqueueBatchResultsUnderEveryExecMode(t *testing.T) {
 				if err != nil {
 					t.Fatalf("result %d: id %s is not a pending row's: %v", i, r.ID, err)
 				}
-				if want := int64(0); seq != nil {
+				var want int64 // 0 for a row without a sequence
+				if seq != nil {
 					want = *seq
-					if r.SequenceID != want {
-						t.Errorf("result %d: sequence %d, the row's %d", i, r.SequenceID, want)
-					}
-				} else if r.SequenceID != 0 {
-					t.Errorf("result %d: sequence %d for a row without one", i, r.SequenceID)
+				}
+				if r.SequenceID != want {
+					t.Errorf("result %d: sequence %d, the row's %d", i, r.SequenceID, want)
 				}
 			}
 			if !results[0].Inserted || results[2].Inserted || results[2].ID != results[0].ID {

@@ -70,12 +70,15 @@ type Measurement struct {
 	// latency counts as zero.
 	EarlyReceipts int
 
-	// byCommit is every received message's latency and when it was
-	// committed, from FirstCommit, for Windows.
+	// byCommit is every received message's commit time and latency, for
+	// Windows.
 	byCommit []committedSample
 }
 
-type committedSample struct{ at, latency time.Duration }
+type committedSample struct {
+	at      time.Time
+	latency time.Duration
+}
 
 // Window is the latency of the messages committed in one span of a run.
 type Window struct {
@@ -95,7 +98,7 @@ func (m Measurement) Windows(width time.Duration) []Window {
 	}
 	var spans [][]time.Duration
 	for _, s := range m.byCommit {
-		i := int(s.at / width)
+		i := int(s.at.Sub(m.FirstCommit) / width)
 		for len(spans) <= i {
 			spans = append(spans, nil)
 		}
@@ -119,6 +122,7 @@ func Measure(l *Ledger, t Receiver) Measurement {
 	commits, receipts := l.CommitTimes(), t.Receipts()
 	m := Measurement{Committed: len(commits)}
 	m.Latencies = make([]time.Duration, 0, len(receipts))
+	m.byCommit = make([]committedSample, 0, len(receipts))
 	for id, committed := range commits {
 		if m.FirstCommit.IsZero() || committed.Before(m.FirstCommit) {
 			m.FirstCommit = committed
@@ -138,16 +142,11 @@ func Measure(l *Ledger, t Receiver) Measurement {
 			d = 0
 		}
 		m.Latencies = append(m.Latencies, d)
+		m.byCommit = append(m.byCommit, committedSample{committed, d})
 	}
 	for id := range receipts {
 		if _, ok := commits[id]; !ok {
 			m.Unexpected++
-		}
-	}
-	m.byCommit = make([]committedSample, 0, m.Received)
-	for id, committed := range commits {
-		if received, ok := receipts[id]; ok {
-			m.byCommit = append(m.byCommit, committedSample{at: committed.Sub(m.FirstCommit), latency: max(received.Sub(committed), 0)})
 		}
 	}
 	slices.Sort(m.Latencies)
